@@ -1,0 +1,48 @@
+"""JSON-RPC method names of the context-sidecar protocol, version 1."""
+
+PROTOCOL_VERSION = 1
+SERVER_NAME = "context-sidecar"
+EXPERIMENTAL_KEY = "contextSidecar"
+SETTINGS_SECTION = "contextSidecar"
+
+# Requests, client to server.
+MEMORY_INGEST = "memory/ingest"
+MEMORY_EXPAND = "memory/expand"
+MEMORY_GREP = "memory/grep"
+MEMORY_DESCRIBE = "memory/describe"
+MEMORY_SESSIONS = "memory/sessions"
+MEMORY_DELETE_SESSION = "memory/deleteSession"
+MEMORY_IMPORT = "memory/import"
+CONTEXT_ASSEMBLE = "context/assemble"
+CONTEXT_COMPACT = "context/compact"
+CONTEXT_USAGE = "context/usage"
+
+# Notifications, client to server.
+CONTEXT_REPORT_USAGE = "context/reportUsage"
+
+# Notifications, server to client.
+CONTEXT_DID_CHANGE_USAGE = "context/didChangeUsage"
+CONTEXT_DID_COMPACT = "context/didCompact"
+
+# Requests, server to client.
+CONTEXT_WILL_COMPACT = "context/willCompact"
+
+REQUESTS = (
+    MEMORY_INGEST,
+    CONTEXT_ASSEMBLE,
+    CONTEXT_COMPACT,
+    MEMORY_EXPAND,
+    MEMORY_GREP,
+    MEMORY_DESCRIBE,
+    MEMORY_SESSIONS,
+    MEMORY_DELETE_SESSION,
+    MEMORY_IMPORT,
+    CONTEXT_USAGE,
+)
+"""Every request the server answers, besides the LSP lifecycle ones."""
+
+CLIENT_NOTIFICATIONS = (CONTEXT_REPORT_USAGE,)
+SERVER_NOTIFICATIONS = (CONTEXT_DID_CHANGE_USAGE, CONTEXT_DID_COMPACT)
+SERVER_REQUESTS = (CONTEXT_WILL_COMPACT,)
+
+COMPACTION_MODES = ("incremental", "full", "handoff")

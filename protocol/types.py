@@ -1,0 +1,294 @@
+"""Params and results of every context-sidecar method, as attrs classes.
+
+Field names are snake_case here and camelCase on the wire (``session_id`` is
+``sessionId``); ``sidecar.wire`` does the conversion. A field whose default is
+``None`` is optional and left out of the JSON when it is ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+Message = dict[str, Any]
+"""An OpenAI Chat Completions message, kept verbatim (plus optional ``id`` and ``metadata``)."""
+
+Role = Literal["system", "user", "assistant", "tool"]
+ItemKind = Literal["message", "summary"]
+SummaryKind = Literal["leaf", "condensed", "handoff"]
+CompactionMode = Literal["incremental", "full", "handoff"]
+CompactionTrigger = Literal["manual", "auto"]
+UsageState = Literal["ok", "suggest", "compact", "compacting", "overflow"]
+UsageSource = Literal["estimate", "provider"]
+GrepScope = Literal["messages", "summaries", "both"]
+
+
+@attrs.define
+class Usage:
+    """How full a session's context is, and what the client should do about it."""
+
+    session_id: str
+    tokens: int
+    context_window: int
+    percent: float
+    threshold: int
+    state: UsageState
+    source: UsageSource
+    messages: int
+    summaries: int
+    hint: str | None = None
+    calibration: float | None = None
+    reported_tokens: int | None = None
+
+
+@attrs.define
+class SessionInfo:
+    """Session attributes a client may set on ingest."""
+
+    context_window: int | None = None
+    model: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@attrs.define
+class IngestParams:
+    session_id: str
+    messages: list[Message]
+    session: SessionInfo | None = None
+
+
+@attrs.define
+class IngestResult:
+    ids: list[str]
+    duplicates: int
+    usage: Usage
+
+
+@attrs.define
+class AssembleParams:
+    session_id: str
+    budget: int | None = None
+    fresh_tail: int | None = None
+    prune: bool | None = None
+
+
+@attrs.define
+class ContextItem:
+    """One entry of an assembled context, beside the message it became."""
+
+    kind: str
+    id: str
+    tokens: int
+    pruned: bool | None = None
+
+
+@attrs.define
+class AssembleResult:
+    messages: list[Message]
+    items: list[ContextItem]
+    tokens: int
+    dropped: int
+    over_budget: bool
+    usage: Usage
+
+
+@attrs.define
+class CompactParams:
+    session_id: str
+    mode: CompactionMode | None = None
+    focus: str | None = None
+    work_done_token: int | str | None = None
+
+
+@attrs.define
+class CompactResult:
+    compacted: bool
+    mode: str
+    summary_ids: list[str]
+    tokens_before: int
+    tokens_after: int
+    rounds: int
+    usage: Usage
+    reason: str | None = None
+    summary: str | None = None
+
+
+@attrs.define
+class ExpandParams:
+    session_id: str
+    id: str
+    token_cap: int | None = None
+
+
+@attrs.define
+class ExpandItem:
+    kind: str
+    id: str
+    tokens: int
+    message: Message | None = None
+    summary: str | None = None
+
+
+@attrs.define
+class ExpandResult:
+    id: str
+    kind: str
+    items: list[ExpandItem]
+    truncated: bool
+
+
+@attrs.define
+class GrepParams:
+    session_id: str
+    pattern: str
+    regex: bool | None = None
+    case_sensitive: bool | None = None
+    scope: GrepScope | None = None
+    limit: int | None = None
+
+
+@attrs.define
+class GrepMatch:
+    kind: str
+    id: str
+    snippet: str
+    covered_by: str | None = None
+
+
+@attrs.define
+class GrepResult:
+    matches: list[GrepMatch]
+    truncated: bool
+
+
+@attrs.define
+class DescribeParams:
+    session_id: str
+    id: str
+
+
+@attrs.define
+class DescribeResult:
+    id: str
+    kind: str
+    depth: int
+    tokens: int
+    source_tokens: int
+    earliest_at: str | None
+    latest_at: str | None
+    message_count: int
+    parents: list[str]
+    children: list[str]
+    content: Any
+
+
+@attrs.define
+class SessionsParams:
+    """Params of ``memory/sessions``; it takes none."""
+
+
+@attrs.define
+class SessionSummary:
+    session_id: str
+    messages: int
+    summaries: int
+    tokens: int
+    updated_at: str
+    title: str | None = None
+    model: str | None = None
+    context_window: int | None = None
+
+
+@attrs.define
+class SessionsResult:
+    sessions: list[SessionSummary]
+
+
+@attrs.define
+class DeleteSessionParams:
+    session_id: str
+
+
+@attrs.define
+class DeleteSessionResult:
+    deleted: bool
+
+
+@attrs.define
+class UsageParams:
+    session_id: str
+
+
+@attrs.define
+class ReportUsageParams:
+    session_id: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+@attrs.define
+class ImportParams:
+    """Params of ``memory/import``: a transcript file on the server's machine."""
+
+    path: str
+    session_id: str | None = None
+    format: str | None = None
+
+
+@attrs.define
+class ImportResult:
+    session_id: str
+    format: str
+    ids: list[str]
+    duplicates: int
+    skipped: list[str]
+    usage: Usage
+
+
+@attrs.define
+class DidCompactParams:
+    session_id: str
+    mode: str
+    trigger: CompactionTrigger
+    summary_ids: list[str]
+    tokens_before: int
+    tokens_after: int
+
+
+@attrs.define
+class WillCompactParams:
+    session_id: str
+    mode: str
+    trigger: CompactionTrigger
+    tokens_before: int
+    message_count: int
+    focus: str | None = None
+
+
+@attrs.define
+class WillCompactResult:
+    action: Literal["proceed", "cancel"]
+    summary: str | None = None
+
+
+@attrs.define
+class SidecarCapabilities:
+    """``capabilities.experimental.contextSidecar`` of the initialize result."""
+
+    protocol_version: int
+    methods: list[str]
+    compaction_modes: list[str]
+    summarizer: Literal["openai", "deterministic"]
+    storage: str
+
+
+@attrs.define
+class ClientSidecarCapabilities:
+    """``capabilities.experimental.contextSidecar`` of the initialize params."""
+
+    usage_notifications: bool = True
+    compaction_hooks: bool = False

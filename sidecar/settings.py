@@ -1,0 +1,222 @@
+"""Settings: attrs classes with the defaults of PROTOCOL.md, and a lenient reader.
+
+A client sends settings as camelCase JSON (``initializationOptions`` or the
+``contextSidecar`` section of ``workspace/didChangeConfiguration``). A value
+of the wrong type is reported and replaced by its default; unknown keys are
+reported and ignored. Nothing here touches I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from typing import Any
+
+import attrs
+
+
+@attrs.define(frozen=True)
+class StorageSettings:
+    path: str | None = None
+    """DuckDB file; ``:memory:`` for none. Default: per-workspace file in the user's data dir."""
+
+    memory_limit: str = "512MB"
+    """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes."""
+
+
+@attrs.define(frozen=True)
+class CompactionSettings:
+    auto: bool = True
+    """Compact in the background when a session crosses its threshold."""
+
+    mode: str = "incremental"
+    """Mode of automatic compaction: incremental, full or handoff."""
+
+    max_tokens: int = 80000
+    """Absolute threshold in tokens when > 0; -1 turns auto-compaction off."""
+
+    threshold: float = 0.75
+    """Threshold as a fraction of the context window."""
+
+    reserve_tokens: int = 8192
+    """Tokens kept free for the model's reply; also caps the threshold and the default budget."""
+
+    suggest_at: float = 0.70
+    """Fraction of the window from which usage suggests compacting."""
+
+    fresh_tail: int = 20
+    """Newest messages always assembled and never compacted."""
+
+    keep_recent_tokens: int = 16384
+    """Handoff keeps at least this many recent tokens verbatim."""
+
+    leaf_chunk_size: int = 10
+    """Fewest messages a leaf summary replaces."""
+
+    condensed_min_fanout: int = 2
+    """Fewest same-depth summaries a condensed summary replaces."""
+
+    max_rounds: int = 10
+    """Most leaf+condensed rounds of one ``full`` compaction."""
+
+
+@attrs.define(frozen=True)
+class PruneSettings:
+    enabled: bool = True
+    """Replace old tool outputs by a placeholder in assembled contexts."""
+
+    protect_tokens: int = 40000
+    """Newest tokens in which no tool output is pruned."""
+
+    minimum_tokens: int = 20000
+    """Prune only when the prunable outputs together exceed this."""
+
+    max_tokens_per_part: int = 50000
+    """Cap on the estimated tokens of one content part."""
+
+    protected_tools: tuple[str, ...] = ("skill",)
+    """Tools whose outputs are never pruned."""
+
+
+@attrs.define(frozen=True)
+class LlmSettings:
+    base_url: str | None = None
+    """OpenAI-compatible endpoint; None means the openai client's default."""
+
+    model: str | None = None
+    """Model used for summaries; None means the deterministic summarizer."""
+
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key; the key itself is never stored."""
+
+    timeout_seconds: float = 120
+    """Timeout of one summarizer call."""
+
+    max_concurrency: int = 4
+    """Most summarizer calls in flight at once."""
+
+    temperature: float = 0.2
+    """Sampling temperature of summarizer calls."""
+
+
+@attrs.define(frozen=True)
+class ModelInfo:
+    context_window: int
+    """The model's context window in tokens."""
+
+
+@attrs.define(frozen=True)
+class Settings:
+    storage: StorageSettings = StorageSettings()
+    """Where and how history is stored."""
+
+    context_window: int = 128000
+    """Context window of sessions that name none and whose model is unknown."""
+
+    compaction: CompactionSettings = CompactionSettings()
+    """When and how history is summarized."""
+
+    prune: PruneSettings = PruneSettings()
+    """How old tool outputs are pruned from assembled contexts."""
+
+    llm: LlmSettings = LlmSettings()
+    """The OpenAI-compatible summarizer, if any."""
+
+    models: dict[str, ModelInfo] = attrs.field(factory=dict)
+    """Context windows by model name, overriding the built-in table."""
+
+
+def camel(name: str) -> str:
+    """``max_tokens`` -> ``maxTokens``."""
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def snake(name: str) -> str:
+    """``maxTokens`` -> ``max_tokens``."""
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def read_settings(data: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Settings from client JSON, over ``base``; returns them with the problems found."""
+    problems: list[str] = []
+    if data is None:
+        return base or Settings(), problems
+    settings = _read_class(Settings, data, base or Settings(), "", problems)
+    return settings, problems
+
+
+def _read_class(cls: type, data: Any, base: Any, path: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{path or 'settings'}: expected an object, got {_json_type(data)}; using defaults")
+        return base
+    hints = typing.get_type_hints(cls)
+    fields = {camel(f.name): f for f in attrs.fields(cls)}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        field = fields.get(key) or fields.get(camel(snake(key)))
+        where = f"{path}{key}"
+        if field is None:
+            problems.append(f"{where}: unknown setting, ignored")
+            continue
+        default = getattr(type(base)(), field.name)
+        changes[field.name] = _read_value(hints[field.name], value, getattr(base, field.name), default,
+                                          where, problems)
+    return attrs.evolve(base, **changes)
+
+
+def _read_value(hint: Any, value: Any, current: Any, default: Any, where: str, problems: list[str]) -> Any:
+    if attrs.has(hint):
+        return _read_class(hint, value, current, f"{where}.", problems)
+    origin = typing.get_origin(hint)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _reject(where, value, "an object", default, problems)
+        return {name: info for name, entry in value.items()
+                if (info := _read_model(entry, f"{where}.{name}", problems)) is not None}
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return _reject(where, value, "a list of strings", default, problems)
+        return tuple(value)
+    allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    for kind in allowed:
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if kind is str and isinstance(value, str):
+            return value
+    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in allowed)
+    return _reject(where, value, wanted, default, problems)
+
+
+def _read_model(entry: Any, where: str, problems: list[str]) -> ModelInfo | None:
+    window = entry.get("contextWindow") if isinstance(entry, dict) else None
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        return ModelInfo(context_window=window)
+    problems.append(f"{where}: expected {{\"contextWindow\": positive integer}}; entry ignored")
+    return None
+
+
+def _reject(where: str, value: Any, wanted: str, default: Any, problems: list[str]) -> Any:
+    problems.append(f"{where}: expected {wanted}, got {_json_type(value)}; using the default {default!r}")
+    return default
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
