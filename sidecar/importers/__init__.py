@@ -1,0 +1,34 @@
+"""Transcript parsers: pi, Claude Code, Codex CLI and plain OpenAI JSON into OpenAI chat messages."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from sidecar.importers.common import ImportFormatError, ParsedTranscript
+from sidecar.importers.detect import detect_format
+
+FORMATS = ("pi", "claude-code", "codex", "openai")
+# Imported on first use so that the server pays only for the parser it needs.
+_MODULES = {
+    "pi": "sidecar.importers.pi",
+    "claude-code": "sidecar.importers.claude_code",
+    "codex": "sidecar.importers.codex",
+    "openai": "sidecar.importers.openai_json",
+}
+
+__all__ = ["FORMATS", "ImportFormatError", "ParsedTranscript", "detect_format", "parse_transcript"]
+
+
+def parse_transcript(path: str | Path, format: str = "auto") -> ParsedTranscript:
+    """Read a transcript file into OpenAI chat messages; format is one of FORMATS or "auto"."""
+    path = Path(path)
+    if format == "auto":
+        detected = detect_format(path)
+        if detected is None:
+            return ParsedTranscript(format="empty")
+        format = detected
+    if format not in _MODULES:
+        raise ImportFormatError(f"unknown transcript format {format!r}; expected auto or one of {FORMATS}")
+    module = importlib.import_module(_MODULES[format])
+    return module.parse(path)

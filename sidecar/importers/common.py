@@ -1,0 +1,220 @@
+"""Shared pieces of the transcript parsers: result type, line reading, ids, tool-call pairing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+NO_RESULT = "[no result recorded]"
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class ImportFormatError(ValueError):
+    """The file is not in a transcript format this package can read."""
+
+
+@attrs.frozen
+class ParsedTranscript:
+    """A transcript turned into OpenAI Chat Completions messages."""
+
+    format: str
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    skipped: list[str] = attrs.field(factory=list)
+    session: dict[str, Any] = attrs.field(factory=dict)
+    suggested_session_id: str | None = None
+
+
+def iter_json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Yield (line number, raw line, object) for each JSON-object line, reporting the others."""
+    # utf-8-sig drops a BOM; undecodable bytes must not abort a whole import.
+    with path.open(encoding="utf-8-sig", errors="replace") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                skipped.append(f"line {lineno}: invalid JSON ({_short(str(exc))})")
+                continue
+            if not isinstance(obj, dict):
+                skipped.append(f"line {lineno}: not a JSON object")
+                continue
+            yield lineno, line, obj
+
+
+def stable_id(source: str, lineno: int, raw: str) -> str:
+    """Id for an entry that has none of its own: a hash of where it is and what it says."""
+    digest = hashlib.sha256(f"{source}\n{lineno}\n{raw}".encode()).hexdigest()
+    return f"{source}-{digest[:24]}"
+
+
+def iso_timestamp(value: Any) -> str | None:
+    """ISO-8601 string from an ISO string or a Unix time in milliseconds (or seconds)."""
+    if isinstance(value, str) and value:
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        seconds = value / 1000 if value > 1e11 else value
+        try:
+            moment = datetime.fromtimestamp(seconds, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None
+
+
+def base_metadata(source: str, timestamp: Any, **facts: Any) -> dict[str, Any]:
+    """Message metadata: source, timestamp when known, and the given facts that are not None."""
+    meta: dict[str, Any] = {"source": source}
+    ts = iso_timestamp(timestamp)
+    if ts:
+        meta["timestamp"] = ts
+    meta.update({k: v for k, v in facts.items() if v is not None})
+    return meta
+
+
+def text_content(texts: list[str]) -> str | list[dict[str, str]] | None:
+    """OpenAI content from text pieces: None, one string, or a list of text parts."""
+    texts = [t for t in texts if t]
+    if not texts:
+        return None
+    if len(texts) == 1:
+        return texts[0]
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def blocks_to_text(content: Any) -> str:
+    """Flatten tool-result content (string or content blocks) into one string."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if not isinstance(content, list):
+        return json.dumps(content, ensure_ascii=False)
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif not isinstance(block, dict):
+            continue
+        elif isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif "image" in str(block.get("type", "")):
+            parts.append("[image]")
+        elif block.get("type"):
+            parts.append(f"[{block['type']}]")
+    return "\n".join(parts)
+
+
+def arguments_json(arguments: Any) -> str:
+    """Tool-call arguments as the JSON string OpenAI expects."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return "{}"
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """One assistant tool_calls entry."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments_json(arguments)},
+    }
+
+
+def finalize(messages: list[dict[str, Any]], skipped: list[str], source: str) -> list[dict[str, Any]]:
+    """Pair tool calls with results, drop empty assistants, strip private keys, make ids unique."""
+    paired = _pair_tool_calls([m for m in messages if not _is_empty_assistant(m)], skipped, source)
+    seen: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for msg in paired:
+        msg.pop("_where", None)
+        count = seen.get(msg["id"], 0)
+        seen[msg["id"]] = count + 1
+        if count:
+            msg["id"] = f"{msg['id']}#{count + 1}"
+        out.append(msg)
+    return out
+
+
+def _is_empty_assistant(msg: dict[str, Any]) -> bool:
+    """True for an assistant message with neither text nor tool calls."""
+    return msg["role"] == "assistant" and not msg.get("content") and not msg.get("tool_calls")
+
+
+def _pair_tool_calls(messages: list[dict[str, Any]], skipped: list[str], source: str) -> list[dict[str, Any]]:
+    """Put each tool call's result right after its assistant message; invent missing ones."""
+    open_calls: dict[str, list[int]] = {}
+    answers: dict[int, dict[str, dict[str, Any]]] = {}
+    for index, msg in enumerate(messages):
+        if msg["role"] == "assistant" and msg.get("tool_calls"):
+            msg["tool_calls"] = _unique_calls(msg, skipped)
+            for call in msg["tool_calls"]:
+                open_calls.setdefault(call["id"], []).append(index)
+        elif msg["role"] == "tool":
+            owners = open_calls.get(msg["tool_call_id"])
+            if owners:
+                answers.setdefault(owners.pop(0), {})[msg["tool_call_id"]] = msg
+            else:
+                where = msg.get("_where", "entry")
+                skipped.append(
+                    f"{where}: tool result for call {msg['tool_call_id']!r} has no unanswered tool call"
+                )
+    out: list[dict[str, Any]] = []
+    for index, msg in enumerate(messages):
+        if msg["role"] == "tool":
+            continue
+        out.append(msg)
+        for call in msg.get("tool_calls") or []:
+            answer = answers.get(index, {}).get(call["id"])
+            out.append(answer if answer is not None else _synthetic_result(msg, call, source))
+    return out
+
+
+def _unique_calls(msg: dict[str, Any], skipped: list[str]) -> list[dict[str, Any]]:
+    """The message's tool calls with repeated ids removed (and reported)."""
+    calls: list[dict[str, Any]] = []
+    ids: set[str] = set()
+    for call in msg["tool_calls"]:
+        if call["id"] in ids:
+            skipped.append(f"{msg.get('_where', 'entry')}: repeated tool call id {call['id']!r} dropped")
+            continue
+        ids.add(call["id"])
+        calls.append(call)
+    return calls
+
+
+def _synthetic_result(assistant: dict[str, Any], call: dict[str, Any], source: str) -> dict[str, Any]:
+    """Stand-in result for a tool call the transcript never answered (aborted, interrupted)."""
+    meta = base_metadata(
+        source,
+        assistant.get("metadata", {}).get("timestamp"),
+        toolName=call["function"]["name"],
+        synthetic=True,
+    )
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": NO_RESULT,
+        "id": f"{assistant['id']}:{call['id']}:no-result",
+        "metadata": meta,
+    }
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """Text cut to a readable length for a skip reason."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
