@@ -1,0 +1,159 @@
+"""The sidecar's state: settings, the open store, per-session runtime flags, and shared reads."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import platformdirs
+
+from protocol import errors as codes
+from protocol.types import Usage
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, prune_candidates
+from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
+from sidecar.engine.usage import usage_figures
+from sidecar.errors import SidecarError, unknown_session
+from sidecar.models import context_window_for
+from sidecar.settings import Settings
+from sidecar.storage import ItemRow, SessionRow, Storage, StorageFailure, StorageLocked
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER_TOKENS = estimate_text_tokens(PRUNED_PLACEHOLDER + " (id msg_00000000000000000000000000000000)") \
+    + MESSAGE_OVERHEAD_TOKENS
+
+
+def default_storage_path(workspace_root: str | None) -> str:
+    """The per-user database, or one per workspace when the client names a root."""
+    base = Path(platformdirs.user_data_dir("context-sidecar", appauthor=False))
+    if not workspace_root:
+        return str(base / "memory.duckdb")
+    root = os.path.abspath(workspace_root)
+    digest = hashlib.sha256(root.encode()).hexdigest()[:12]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(root) or "root")
+    return str(base / "workspaces" / f"{name}-{digest}.duckdb")
+
+
+def summarizer_name(settings: Settings) -> str:
+    """``openai`` when an LLM is usable (a model, and a key or a base URL), else ``deterministic``."""
+    llm = settings.llm
+    if llm.model and (os.environ.get(llm.api_key_env) or llm.base_url):
+        return "openai"
+    return "deterministic"
+
+
+@attrs.define
+class Sidecar:
+    """Everything a request handler needs, shared by all of them."""
+
+    settings: Settings = attrs.field(factory=Settings)
+    storage_path: str | None = None
+    """Set by ``--db``; otherwise from settings or the workspace root, at initialize."""
+
+    usage_notifications: bool = True
+    compaction_hooks: bool = False
+    notify: Callable[[str, Any], None] = lambda method, params: None
+    _storage: Storage | None = None
+    compacting: set[str] = attrs.field(factory=set)
+    auto_failed: dict[str, float] = attrs.field(factory=dict)
+    """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
+
+    def resolve_storage_path(self, workspace_root: str | None) -> str:
+        """Fix the database path from --db, then settings, then the workspace; returns it."""
+        if self.storage_path is None:
+            self.storage_path = self.settings.storage.path or default_storage_path(workspace_root)
+        return self.storage_path
+
+    def store(self) -> Storage:
+        """The open store; opened on first use so a lock held elsewhere is retried on each request."""
+        if self._storage is None:
+            path = self.storage_path or self.resolve_storage_path(None)
+            try:
+                self._storage = Storage.open(path, self.settings.storage.memory_limit)
+            except StorageLocked as error:
+                raise SidecarError(codes.STORAGE_LOCKED, str(error), {"path": error.path, "pid": error.pid}) \
+                    from error
+            except StorageFailure as error:
+                raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
+            log.info("storage %s opened", path)
+        return self._storage
+
+    def close(self) -> None:
+        """Checkpoint and close the store, if open."""
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
+
+    def session(self, session_id: str) -> SessionRow:
+        """The session, or -32001."""
+        session = self.store().session(session_id)
+        if session is None:
+            raise unknown_session(session_id)
+        return session
+
+    def context_window(self, session: SessionRow) -> int:
+        """The session's window: its own, else its model's, else the setting."""
+        if session.context_window:
+            return session.context_window
+        return context_window_for(session.model, self.settings.models) or self.settings.context_window
+
+    def prune_rule(self) -> PruneRule:
+        """Pruning as the settings say."""
+        prune = self.settings.prune
+        return PruneRule(prune.protect_tokens, prune.minimum_tokens, frozenset(prune.protected_tools),
+                         PLACEHOLDER_TOKENS)
+
+    def calibrated(self, items: list[ItemRow], session: SessionRow) -> list[ItemRow]:
+        """Items with token estimates scaled by the session's calibration factor."""
+        factor = session.calibration
+        if abs(factor - 1.0) < 1e-9:
+            return items
+        return [attrs.evolve(item, tokens=math.ceil(item.tokens * factor)) for item in items]
+
+    def estimated_tokens(self, session: SessionRow, prune: bool | None = None) -> int:
+        """Tokens of the whole current context as assemble would build it with no budget."""
+        total = math.ceil(session.context_tokens * session.calibration)
+        if not (self.settings.prune.enabled if prune is None else prune) or session.last_position is None:
+            return total
+        rule = self.prune_rule()
+        store = self.store()
+        tail, complete = store.tail(session, rule.protect_tokens + 1, 1)
+        tail = self.calibrated(tail, session)
+        positions, candidate_tokens = prune_candidates(tail, rule)
+        count = len(positions)
+        if not complete and tail:
+            older_count, older_tokens = store.prunable_before(session, tail[0].position, rule)
+            count += older_count
+            candidate_tokens += math.ceil(older_tokens * session.calibration)
+        if candidate_tokens > rule.minimum_tokens:
+            total -= candidate_tokens - count * rule.placeholder_tokens
+        return total
+
+    def usage(self, session: SessionRow) -> Usage:
+        """The session's usage figures and state."""
+        window = self.context_window(session)
+        if session.reported_tokens is not None and session.reported_revision == session.revision:
+            tokens, source = session.reported_tokens, "provider"
+        else:
+            tokens, source = self.estimated_tokens(session), "estimate"
+        figures = usage_figures(tokens, window, self.settings.compaction, session.session_id in self.compacting)
+        return Usage(
+            session_id=session.session_id,
+            tokens=figures.tokens,
+            context_window=window,
+            percent=figures.percent,
+            threshold=figures.threshold,
+            state=figures.state,
+            source=source,
+            messages=session.message_count,
+            summaries=session.summary_count,
+            hint=figures.hint,
+            calibration=round(session.calibration, 4),
+            reported_tokens=session.reported_tokens,
+        )

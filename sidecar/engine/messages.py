@@ -1,0 +1,174 @@
+"""Chat messages: validation on ingest, derived columns, and the OpenAI view of a stored one."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from sidecar.engine.tokens import estimate_message_tokens
+from sidecar.wire import ParamsError
+
+ROLES = ("system", "user", "assistant", "tool")
+OPENAI_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
+"""Fields an assembled message keeps; ``id`` and ``metadata`` travel beside it, in ``items``."""
+
+MAX_ID_LENGTH = 512
+
+
+@attrs.define(frozen=True)
+class MessageRow:
+    """A message ready to store: the verbatim JSON and what is derived from it once."""
+
+    id: str | None
+    role: str
+    raw: str
+    text: str
+    tool_call_id: str | None
+    tool_call_ids: list[str] | None
+    tool_name: str | None
+    tokens: int
+    message_at: datetime | None
+
+
+def check_message(message: Any, field: str) -> None:
+    """Raise ParamsError naming the field when ``message`` is not a valid chat message."""
+    if not isinstance(message, dict):
+        raise ParamsError("expected a message object", field)
+    role = message.get("role")
+    if role not in ROLES:
+        raise ParamsError(f"role must be one of {', '.join(ROLES)}, got {role!r}", f"{field}.role")
+    _check_content(message, role, field)
+    _check_optional_str(message, "name", field)
+    if "id" in message:
+        msg_id = message["id"]
+        if not isinstance(msg_id, str) or not msg_id or len(msg_id) > MAX_ID_LENGTH:
+            raise ParamsError(f"id must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+                              f"{field}.id")
+    if "metadata" in message and message["metadata"] is not None and not isinstance(message["metadata"], dict):
+        raise ParamsError("metadata must be an object", f"{field}.metadata")
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ParamsError("a tool message needs a non-empty tool_call_id", f"{field}.tool_call_id")
+    elif "tool_call_id" in message:
+        raise ParamsError("only tool messages carry tool_call_id", f"{field}.tool_call_id")
+    if "tool_calls" in message and message["tool_calls"] is not None:
+        if role != "assistant":
+            raise ParamsError("only assistant messages carry tool_calls", f"{field}.tool_calls")
+        _check_tool_calls(message["tool_calls"], f"{field}.tool_calls")
+
+
+def _check_content(message: dict[str, Any], role: str, field: str) -> None:
+    content = message.get("content")
+    where = f"{field}.content"
+    if content is None:
+        if role == "assistant":
+            return
+        raise ParamsError(f"a {role} message needs content", where)
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ParamsError("content must be a string, an array of parts, or null", where)
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ParamsError("a content part must be an object with a string type", f"{where}[{index}]")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise ParamsError("a text part needs a string text", f"{where}[{index}].text")
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    if not isinstance(calls, list):
+        raise ParamsError("tool_calls must be an array", where)
+    seen: set[str] = set()
+    for index, call in enumerate(calls):
+        at = f"{where}[{index}]"
+        if not isinstance(call, dict):
+            raise ParamsError("a tool call must be an object", at)
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ParamsError("a tool call needs a non-empty string id", f"{at}.id")
+        if call_id in seen:
+            raise ParamsError(f"tool call id {call_id!r} appears twice", f"{at}.id")
+        seen.add(call_id)
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ParamsError("a tool call needs function.name", f"{at}.function.name")
+        if not isinstance(function.get("arguments", ""), str):
+            raise ParamsError("function.arguments must be a JSON string", f"{at}.function.arguments")
+
+
+def _check_optional_str(message: dict[str, Any], key: str, field: str) -> None:
+    if key in message and message[key] is not None and not isinstance(message[key], str):
+        raise ParamsError(f"{key} must be a string", f"{field}.{key}")
+
+
+def message_row(message: dict[str, Any], max_tokens_per_part: int, tool_names: dict[str, str]) -> MessageRow:
+    """Derive the stored columns of a checked message; ``tool_names`` maps call ids to tool names."""
+    calls = message.get("tool_calls") or []
+    call_ids = [call["id"] for call in calls] or None
+    call_id = message.get("tool_call_id")
+    if calls:
+        tool_name = ",".join(call["function"]["name"] for call in calls)
+    elif call_id is not None:
+        tool_name = tool_names.get(call_id) or message.get("name")
+    else:
+        tool_name = None
+    return MessageRow(
+        id=message.get("id"),
+        role=message["role"],
+        raw=json.dumps(message, ensure_ascii=False, separators=(",", ":")),
+        text=message_text(message),
+        tool_call_id=call_id,
+        tool_call_ids=call_ids,
+        tool_name=tool_name,
+        tokens=estimate_message_tokens(message, max_tokens_per_part),
+        message_at=_timestamp((message.get("metadata") or {}).get("timestamp")),
+    )
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The searchable text of a message: content text, tool calls and their arguments."""
+    pieces: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        pieces.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            elif part.get("type") != "text":
+                pieces.append(f"[{part.get('type')}]")
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        pieces.append(f"{function['name']}({function.get('arguments', '')})")
+    return "\n".join(pieces)
+
+
+def openai_view(raw: str) -> dict[str, Any]:
+    """The stored message with only the fields an OpenAI-compatible API accepts."""
+    message = json.loads(raw)
+    return {key: message[key] for key in OPENAI_FIELDS if key in message}
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """A message's own time from metadata: ISO-8601 text or epoch milliseconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 1e11 else value
+        try:
+            return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        return parsed
+    return None

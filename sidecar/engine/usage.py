@@ -1,0 +1,55 @@
+"""Usage figures and states: how full a context is and what to tell the user."""
+
+from __future__ import annotations
+
+import attrs
+
+from sidecar.settings import CompactionSettings
+
+HINTS = {
+    "suggest": "Context {percent:.0f}% full: type /compact to free up context",
+    "compact": "Context {percent:.0f}% full, over the compaction threshold: type /compact now",
+    "compacting": "Compacting context…",
+    "overflow": "Context {percent:.0f}% full, over the model's window: type /compact or older messages are dropped",
+}
+
+
+@attrs.define(frozen=True)
+class UsageFigures:
+    tokens: int
+    context_window: int
+    threshold: int
+    percent: float
+    state: str
+    hint: str | None
+
+
+def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:
+    """Tokens at which auto-compaction starts: the smallest of maxTokens (> 0), threshold share, window - reserve."""
+    candidates = [int(settings.threshold * context_window), context_window - settings.reserve_tokens]
+    if settings.max_tokens > 0:
+        candidates.append(settings.max_tokens)
+    return max(1, min(candidates))
+
+
+def usage_figures(tokens: int, context_window: int, settings: CompactionSettings, compacting: bool) -> UsageFigures:
+    """The usage state of a context of ``tokens`` in ``context_window``."""
+    threshold = compaction_threshold(context_window, settings)
+    percent = round(100.0 * tokens / context_window, 1) if context_window > 0 else 100.0
+    if tokens > context_window:
+        state = "overflow"
+    elif compacting:
+        state = "compacting"
+    elif tokens >= threshold:
+        state = "compact"
+    elif tokens >= settings.suggest_at * context_window:
+        state = "suggest"
+    else:
+        state = "ok"
+    hint = HINTS[state].format(percent=percent) if state in HINTS else None
+    return UsageFigures(tokens, context_window, threshold, percent, state, hint)
+
+
+def auto_compaction_due(tokens: int, context_window: int, settings: CompactionSettings) -> bool:
+    """Whether automatic compaction should start now."""
+    return settings.auto and settings.max_tokens != -1 and tokens >= compaction_threshold(context_window, settings)

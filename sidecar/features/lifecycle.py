@@ -1,0 +1,84 @@
+"""initialize, initialized, shutdown, and settings changes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types as lsp
+
+from protocol import methods
+from sidecar.errors import SidecarError
+from sidecar.server import SidecarServer
+from sidecar.settings import read_settings
+
+log = logging.getLogger(__name__)
+
+
+def setup(server: SidecarServer) -> None:
+    """Register the lifecycle handlers."""
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: SidecarServer, params: lsp.InitializeParams) -> None:
+        apply_settings(ls, params.initialization_options)
+        experimental = params.capabilities.experimental
+        wanted = experimental.get(methods.EXPERIMENTAL_KEY) if isinstance(experimental, dict) else None
+        if isinstance(wanted, dict):
+            ls.sidecar.usage_notifications = wanted.get("usageNotifications", True) is not False
+            ls.sidecar.compaction_hooks = wanted.get("compactionHooks", False) is True
+        path = ls.sidecar.resolve_storage_path(workspace_root(params))
+        try:
+            ls.sidecar.store()
+        except SidecarError as error:
+            # Initialize still succeeds: requests report the lock and retry the open each time.
+            log.warning("%s", error.message)
+            ls.show_message(f"context-sidecar: {error.message}", lsp.MessageType.Error)
+        log.info("initialized with storage %s", path)
+        ls.initialized = True
+
+    @server.feature(lsp.SHUTDOWN)
+    def shutdown(ls: SidecarServer, *args: Any) -> None:
+        for task in list(getattr(ls, "background_tasks", ())):
+            task.cancel()
+        ls.sidecar.close()
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: SidecarServer, params: lsp.DidChangeConfigurationParams) -> None:
+        data = params.settings
+        if isinstance(data, dict) and methods.SETTINGS_SECTION in data:
+            data = data[methods.SETTINGS_SECTION]
+        if data is None:
+            pulled = await ls.protocol.send_request_async(
+                lsp.WORKSPACE_CONFIGURATION,
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=methods.SETTINGS_SECTION)]),
+            )
+            data = pulled[0] if pulled else None
+        apply_settings(ls, data)
+        for session_id in sorted(ls.touched_sessions):
+            session = ls.sidecar.store().session(session_id)
+            if session is not None:
+                ls.push_usage(ls.sidecar.usage(session))
+
+
+def apply_settings(ls: SidecarServer, data: Any) -> None:
+    """Take client settings; report wrong-typed ones and keep their defaults."""
+    settings, problems = read_settings(data)
+    if ls.sidecar.storage_path and settings.storage.path not in (None, ls.sidecar.storage_path):
+        problems.append("storage.path: a new path takes effect when the sidecar restarts")
+    ls.sidecar.settings = settings
+    if problems:
+        text = "context-sidecar settings: " + "; ".join(problems)
+        log.warning("%s", text)
+        ls.show_message(text)
+
+
+def workspace_root(params: lsp.InitializeParams) -> str | None:
+    """The client's workspace folder, as a path."""
+    uri = params.root_uri
+    if params.workspace_folders:
+        uri = params.workspace_folders[0].uri
+    if uri:
+        parsed = urlparse(uri)
+        return unquote(parsed.path) if parsed.scheme == "file" else None
+    return params.root_path

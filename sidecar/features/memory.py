@@ -1,0 +1,61 @@
+"""Handlers of memory/*: thin wrappers over ``sidecar.memory``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import methods
+from protocol.types import (
+    DeleteSessionParams,
+    DescribeParams,
+    ExpandParams,
+    GrepParams,
+    IngestParams,
+    SessionsParams,
+)
+from sidecar import memory
+from sidecar.server import SidecarServer
+from sidecar.wire import unstructure
+
+
+def setup(server: SidecarServer) -> None:
+    """Register the memory handlers."""
+
+    @server.feature(methods.MEMORY_INGEST)
+    async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
+        result = memory.ingest(ls.sidecar, params)
+        ls.touched_sessions.add(params.session_id)
+        ls.wrote()
+        ls.push_usage(result.usage)
+        after_change = getattr(ls, "after_ingest", None)
+        if after_change is not None:
+            after_change(params.session_id, result.usage)
+        return unstructure(result)
+
+    @server.feature(methods.MEMORY_EXPAND)
+    async def expand(ls: SidecarServer, params: ExpandParams) -> Any:
+        return unstructure(memory.expand(ls.sidecar, params))
+
+    @server.feature(methods.MEMORY_GREP)
+    async def grep(ls: SidecarServer, params: GrepParams) -> Any:
+        return unstructure(memory.grep(ls.sidecar, params))
+
+    @server.feature(methods.MEMORY_DESCRIBE)
+    async def describe(ls: SidecarServer, params: DescribeParams) -> Any:
+        return unstructure(memory.describe(ls.sidecar, params))
+
+    @server.feature(methods.MEMORY_SESSIONS)
+    async def sessions(ls: SidecarServer, params: SessionsParams) -> Any:
+        return unstructure(memory.sessions(ls.sidecar))
+
+    @server.feature(methods.MEMORY_DELETE_SESSION)
+    async def delete_session(ls: SidecarServer, params: DeleteSessionParams) -> Any:
+        if params.session_id in ls.sidecar.compacting:
+            from protocol import errors as codes
+            from sidecar.errors import SidecarError
+
+            raise SidecarError(codes.COMPACTION_RUNNING, "a compaction of this session is running; retry after it")
+        result = memory.delete_session(ls.sidecar, params)
+        ls.touched_sessions.discard(params.session_id)
+        ls.wrote()
+        return unstructure(result)

@@ -1,0 +1,216 @@
+"""The memory/* methods as plain functions: ingest, expand, grep, describe, sessions, deleteSession."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from protocol.types import (
+    DeleteSessionParams,
+    DeleteSessionResult,
+    DescribeParams,
+    DescribeResult,
+    ExpandItem,
+    ExpandParams,
+    ExpandResult,
+    GrepMatch,
+    GrepParams,
+    GrepResult,
+    IngestParams,
+    IngestResult,
+    SessionsResult,
+    SessionSummary,
+)
+from sidecar.core import Sidecar
+from sidecar.engine.messages import check_message, message_row
+from sidecar.errors import id_not_found, invalid_params
+from sidecar.storage import StoredMessage, SummaryRow
+from sidecar.wire import ParamsError
+
+DEFAULT_TOKEN_CAP = 4000
+DEFAULT_GREP_LIMIT = 20
+MAX_GREP_LIMIT = 1000
+SNIPPET_RADIUS = 80
+
+
+def check_session_id(session_id: str) -> None:
+    """-32602 for an empty or oversized session id."""
+    if not session_id.strip() or len(session_id) > 512:
+        raise invalid_params("sessionId must be a non-empty string of at most 512 characters", "sessionId")
+
+
+def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
+    """Store a batch of messages, all or none; ids already stored are not stored again."""
+    check_session_id(params.session_id)
+    for index, message in enumerate(params.messages):
+        try:
+            check_message(message, f"messages[{index}]")
+        except ParamsError as error:
+            raise invalid_params(str(error), error.field) from None
+    info: dict[str, Any] = {}
+    if params.session is not None:
+        window = params.session.context_window
+        if window is not None and window <= 0:
+            raise invalid_params("contextWindow must be a positive integer", "session.contextWindow")
+        info = {"context_window": window, "model": params.session.model, "title": params.session.title,
+                "metadata": params.session.metadata}
+    store = sidecar.store()
+    existing = store.session(params.session_id)
+    names = _tool_names(params.messages)
+    pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
+    if pending and existing is not None:
+        names.update(store.tool_names(params.session_id, pending, existing.last_position))
+    max_part = sidecar.settings.prune.max_tokens_per_part
+    rows = [message_row(message, max_part, names) for message in params.messages]
+    ids, duplicates = store.ingest(params.session_id, rows, info)
+    return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(sidecar.session(params.session_id)))
+
+
+def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    return {call["id"]: call["function"]["name"]
+            for message in messages for call in message.get("tool_calls") or ()}
+
+
+def expand(sidecar: Sidecar, params: ExpandParams) -> ExpandResult:
+    """A summary's direct sources in order, or a message's full original content."""
+    cap = DEFAULT_TOKEN_CAP if params.token_cap is None else params.token_cap
+    if cap <= 0:
+        raise invalid_params("tokenCap must be a positive integer", "tokenCap")
+    sidecar.session(params.session_id)
+    store = sidecar.store()
+    summary = store.summary(params.session_id, params.id)
+    if summary is None:
+        message = store.message(params.session_id, params.id)
+        if message is None:
+            raise id_not_found(params.session_id, params.id)
+        item = ExpandItem(kind="message", id=message.id, tokens=message.tokens, message=json.loads(message.raw))
+        return ExpandResult(id=params.id, kind="message", items=[item], truncated=False)
+    sources = store.sources(params.session_id, summary.id)
+    messages = store.messages_by_id(params.session_id, [i for k, i in sources if k == "message"])
+    summaries = store.summaries(params.session_id, [i for k, i in sources if k == "summary"])
+    items: list[ExpandItem] = []
+    used = 0
+    truncated = False
+    for kind, source_id in sources:
+        item = _expand_item(kind, source_id, messages, summaries)
+        if items and used + item.tokens > cap:
+            truncated = True
+            break
+        items.append(item)
+        used += item.tokens
+    return ExpandResult(id=summary.id, kind=summary.kind, items=items, truncated=truncated)
+
+
+def _expand_item(kind: str, source_id: str, messages: dict[str, StoredMessage],
+                 summaries: dict[str, SummaryRow]) -> ExpandItem:
+    if kind == "message":
+        message = messages[source_id]
+        return ExpandItem(kind="message", id=source_id, tokens=message.tokens, message=json.loads(message.raw))
+    child = summaries[source_id]
+    return ExpandItem(kind="summary", id=source_id, tokens=child.tokens, summary=child.content)
+
+
+def grep(sidecar: Sidecar, params: GrepParams) -> GrepResult:
+    """Search the whole stored history, compacted or not, newest first."""
+    if not params.pattern:
+        raise invalid_params("pattern must not be empty", "pattern")
+    limit = DEFAULT_GREP_LIMIT if params.limit is None else params.limit
+    if not 0 < limit <= MAX_GREP_LIMIT:
+        raise invalid_params(f"limit must be between 1 and {MAX_GREP_LIMIT}", "limit")
+    sidecar.session(params.session_id)
+    store = sidecar.store()
+    case_sensitive = bool(params.case_sensitive)
+    if params.regex:
+        problem = store.check_regex(params.pattern)
+        if problem:
+            raise invalid_params(f"invalid regular expression: {problem}", "pattern")
+        pattern = params.pattern
+    else:
+        pattern = re2_escape(params.pattern)
+    if case_sensitive and not params.regex:
+        condition, sql_pattern = "contains({col}, ?)", params.pattern
+    else:
+        condition, sql_pattern = f"regexp_matches({{col}}, ?, '{'c' if case_sensitive else 'i'}')", pattern
+    hits = store.search(params.session_id, params.scope or "both", condition, sql_pattern, limit + 1)
+    finder = _finder(pattern, case_sensitive)
+    matches = []
+    for hit in hits[:limit]:
+        covered_by = None
+        if hit.kind == "message" and not store.in_context(params.session_id, "message", hit.id, hit.position):
+            covered_by = store.covering_summary(params.session_id, hit.id)
+        matches.append(GrepMatch(kind=hit.kind, id=hit.id, snippet=snippet(hit.text, finder), covered_by=covered_by))
+    return GrepResult(matches=matches, truncated=len(hits) > limit)
+
+
+_RE2_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
+
+
+def re2_escape(text: str) -> str:
+    """A literal as an RE2 pattern."""
+    return _RE2_SPECIAL.sub(r"\\\1", text)
+
+
+def _finder(pattern: str, case_sensitive: bool) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
+    except re.error:
+        return None  # RE2 syntax Python lacks; the snippet then starts at the text's beginning.
+
+
+def snippet(text: str, finder: re.Pattern[str] | None) -> str:
+    """About 160 characters of ``text`` around the first match, whitespace folded."""
+    match = finder.search(text) if finder else None
+    start, end = (match.start(), match.end()) if match else (0, 0)
+    lo = max(0, start - SNIPPET_RADIUS)
+    hi = min(len(text), max(end, start) + SNIPPET_RADIUS)
+    piece = " ".join(text[lo:hi].split())
+    return f"{'…' if lo > 0 else ''}{piece}{'…' if hi < len(text) else ''}"
+
+
+def describe(sidecar: Sidecar, params: DescribeParams) -> DescribeResult:
+    """A summary's place in the DAG (or a message's), with its content."""
+    sidecar.session(params.session_id)
+    store = sidecar.store()
+    summary = store.summary(params.session_id, params.id)
+    if summary is not None:
+        sources = store.sources(params.session_id, summary.id)
+        return DescribeResult(
+            id=summary.id, kind=summary.kind, depth=summary.depth, tokens=summary.tokens,
+            source_tokens=summary.source_tokens, earliest_at=iso(summary.earliest_at),
+            latest_at=iso(summary.latest_at), message_count=summary.message_count,
+            parents=store.parents(params.session_id, "summary", summary.id),
+            children=[source_id for _, source_id in sources], content=summary.content,
+        )
+    message = store.message(params.session_id, params.id)
+    if message is None:
+        raise id_not_found(params.session_id, params.id)
+    return DescribeResult(
+        id=message.id, kind="message", depth=0, tokens=message.tokens, source_tokens=message.tokens,
+        earliest_at=iso(message.message_at), latest_at=iso(message.message_at), message_count=1,
+        parents=store.parents(params.session_id, "message", message.id), children=[],
+        content=json.loads(message.raw),
+    )
+
+
+def sessions(sidecar: Sidecar) -> SessionsResult:
+    """Every stored session, most recently updated first."""
+    rows = sidecar.store().sessions()
+    return SessionsResult(sessions=[
+        SessionSummary(session_id=row.session_id, messages=row.message_count, summaries=row.summary_count,
+                       tokens=sidecar.estimated_tokens(row), updated_at=iso(row.updated_at) or "",
+                       title=row.title, model=row.model, context_window=sidecar.context_window(row))
+        for row in rows
+    ])
+
+
+def delete_session(sidecar: Sidecar, params: DeleteSessionParams) -> DeleteSessionResult:
+    """Remove every row of a session; ``deleted: false`` when there was none."""
+    check_session_id(params.session_id)
+    return DeleteSessionResult(deleted=sidecar.store().delete_session(params.session_id))
+
+
+def iso(moment: datetime | None) -> str | None:
+    """Stored naive-UTC time as ISO-8601 with a Z."""
+    return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"

@@ -1,0 +1,276 @@
+"""The JSON-RPC server: pygls underneath, with our own framing, lifecycle rules and strict params."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from typing import Any, BinaryIO
+
+from lsprotocol import types as lsp
+from pygls.io_ import StdoutWriter
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+
+from protocol import errors as codes
+from protocol import methods, types
+from sidecar import __version__
+from sidecar.core import Sidecar, summarizer_name
+from sidecar.errors import SidecarError
+from sidecar.transport import FrameReader
+from sidecar.wire import ParamsError, structure, unstructure
+
+log = logging.getLogger(__name__)
+
+REQUEST_PARAMS: dict[str, type] = {
+    methods.MEMORY_INGEST: types.IngestParams,
+    methods.CONTEXT_ASSEMBLE: types.AssembleParams,
+    methods.CONTEXT_COMPACT: types.CompactParams,
+    methods.MEMORY_EXPAND: types.ExpandParams,
+    methods.MEMORY_GREP: types.GrepParams,
+    methods.MEMORY_DESCRIBE: types.DescribeParams,
+    methods.MEMORY_SESSIONS: types.SessionsParams,
+    methods.MEMORY_DELETE_SESSION: types.DeleteSessionParams,
+    methods.MEMORY_IMPORT: types.ImportParams,
+    methods.CONTEXT_USAGE: types.UsageParams,
+}
+NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
+STALL_SECONDS = 0.5
+"""How long a partial body may wait for its remaining bytes before it is judged as sent."""
+CHECKPOINT_DELAY = 2.0
+
+
+def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
+    """Copy stdin into ``chunks``; an empty chunk means end of input."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        loop.call_soon_threadsafe(chunks.put_nowait, data)
+        if not data:
+            return
+
+
+class SidecarProtocol(LanguageServerProtocol):
+    """LSP protocol with integer ids for server-to-client requests (Vim refuses string ids)."""
+
+    _server: SidecarServer
+
+    def __init__(self, server: Any, converter: Any) -> None:
+        super().__init__(server, converter)
+        self._next_id = 1
+
+    def send_request(self, method: str, params: Any | None = None, callback: Any = None,
+                     msg_id: Any = None) -> Any:
+        if msg_id is None:
+            msg_id, self._next_id = self._next_id, self._next_id + 1
+        return super().send_request(method, params, callback, msg_id)
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams) -> Any:
+        result = yield from super().lsp_initialize(params)
+        result.capabilities.text_document_sync = None
+        result.capabilities.experimental = {methods.EXPERIMENTAL_KEY: self._server.capabilities()}
+        return result
+
+
+class _QuietExpectedErrors(logging.Filter):
+    """pygls logs a traceback for every error reply; ours are expected outcomes, not crashes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, SidecarError)
+
+
+class SidecarServer(LanguageServer):
+    """The context-sidecar language server."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        super().__init__(name=methods.SERVER_NAME, version=__version__, protocol_cls=SidecarProtocol,
+                         text_document_sync_kind=lsp.TextDocumentSyncKind.None_)
+        self.sidecar = sidecar
+        self.initialized = False
+        self.shutdown_requested = False
+        self.touched_sessions: set[str] = set()
+        self._exit_code: int | None = None
+        self._checkpoint: asyncio.TimerHandle | None = None
+        logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietExpectedErrors())
+
+    def capabilities(self) -> dict[str, Any]:
+        """``capabilities.experimental.contextSidecar`` of the initialize result."""
+        return unstructure(types.SidecarCapabilities(
+            protocol_version=methods.PROTOCOL_VERSION,
+            methods=[m for m in methods.REQUESTS if m in self.protocol.fm.features],
+            compaction_modes=list(methods.COMPACTION_MODES),
+            summarizer=summarizer_name(self.sidecar.settings),  # type: ignore[arg-type]
+            storage=self.sidecar.storage_path or "",
+        ))
+
+    # Outgoing
+
+    def reply_error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
+        """Send an error response (``msg_id`` None for errors about unreadable messages)."""
+        error = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def push_usage(self, usage: types.Usage) -> None:
+        """Send context/didChangeUsage, unless the client turned it off."""
+        if self.sidecar.usage_notifications:
+            self.protocol.notify(methods.CONTEXT_DID_CHANGE_USAGE, unstructure(usage))
+
+    def show_message(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+        """window/showMessage."""
+        self.protocol.notify(lsp.WINDOW_SHOW_MESSAGE, {"type": int(kind), "message": message})
+
+    def wrote(self) -> None:
+        """Schedule a checkpoint for when writes pause."""
+        if self._checkpoint is not None:
+            self._checkpoint.cancel()
+        self._checkpoint = asyncio.get_running_loop().call_later(CHECKPOINT_DELAY, self._idle_checkpoint)
+
+    def _idle_checkpoint(self) -> None:
+        store = self.sidecar._storage
+        if store is not None and not self.sidecar.compacting:
+            try:
+                store.checkpoint()
+            except Exception:
+                log.exception("idle checkpoint failed")
+
+    # Incoming
+
+    async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """Read and dispatch messages until ``exit`` or end of input; returns the exit code."""
+        self.protocol.set_writer(StdoutWriter(stdout))
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes] = asyncio.Queue()
+        # A daemon thread, so a client that keeps stdin open after exit cannot hold the process.
+        threading.Thread(target=_pump, args=(stdin.fileno(), loop, chunks), daemon=True,
+                         name="stdin-reader").start()
+        reader = FrameReader()
+        while self._exit_code is None:
+            try:
+                data = await asyncio.wait_for(chunks.get(), STALL_SECONDS if reader.buffer else None)
+                stalled = False
+            except TimeoutError:
+                data, stalled = None, True
+            if data == b"":
+                log.info("input closed")
+                break
+            if data:
+                reader.feed(data)
+            for frame in reader.frames(stalled=stalled):
+                if reader.discarded:
+                    log.warning("skipped %d bytes that were not a message header", reader.discarded)
+                    reader.discarded = 0
+                if frame.error is not None:
+                    log.warning("unreadable message: %s", frame.error)
+                    self.reply_error(None, codes.PARSE_ERROR, f"Parse error: {frame.error}")
+                    continue
+                try:
+                    self.dispatch(frame.message)
+                except Exception:
+                    log.exception("failed to dispatch a message")
+                if self._exit_code is not None:
+                    break
+            await asyncio.sleep(0)
+        self.sidecar.close()
+        return self._exit_code if self._exit_code is not None else (0 if self.shutdown_requested else 1)
+
+    def dispatch(self, message: Any) -> None:
+        """Check one JSON-RPC message against the protocol's rules and hand it to its handler."""
+        if not isinstance(message, dict):
+            self.reply_error(None, codes.INVALID_REQUEST, "a message must be a JSON object (batches are not supported)")
+            return
+        has_id = "id" in message
+        msg_id = message.get("id")
+        if has_id and (isinstance(msg_id, bool) or not isinstance(msg_id, (str, int, type(None)))):
+            self.reply_error(None, codes.INVALID_REQUEST, "id must be a string or an integer")
+            return
+        if message.get("jsonrpc") != "2.0":
+            if has_id:
+                self.reply_error(msg_id, codes.INVALID_REQUEST, 'jsonrpc must be "2.0"')
+            return
+        method = message.get("method")
+        if method is None:
+            if has_id and ("result" in message or "error" in message):
+                self._response(msg_id, message)
+            elif has_id:
+                self.reply_error(msg_id, codes.INVALID_REQUEST, "a request needs a method")
+            return
+        if not isinstance(method, str):
+            if has_id:
+                self.reply_error(msg_id, codes.INVALID_REQUEST, "method must be a string")
+            return
+        self._method(method, msg_id if has_id else None, has_id, message.get("params"))
+
+    def _method(self, method: str, msg_id: Any, is_request: bool, params: Any) -> None:
+        if method == lsp.EXIT:
+            self._exit_code = 0 if self.shutdown_requested else 1
+            return
+        if self.shutdown_requested:
+            if is_request:
+                self.reply_error(msg_id, codes.INVALID_REQUEST, "the server is shutting down")
+            return
+        if not self.initialized and method != lsp.INITIALIZE:
+            if is_request:
+                self.reply_error(msg_id, codes.SERVER_NOT_INITIALIZED, "the server is not initialized yet")
+            return
+        if method == lsp.INITIALIZE and self.initialized:
+            self.reply_error(msg_id, codes.INVALID_REQUEST, "initialize was already received")
+            return
+        if method in REQUEST_PARAMS or method in NOTIFICATION_PARAMS:
+            self._custom(method, msg_id, is_request, params)
+            return
+        envelope: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if is_request:
+            envelope["id"] = msg_id
+        if params is not None:
+            envelope["params"] = params
+        try:
+            structured = self.protocol.structure_message(envelope)
+        except Exception as error:
+            if is_request:
+                self.reply_error(msg_id, codes.INVALID_PARAMS, f"invalid params for {method}: {error}")
+            else:
+                log.warning("ignoring %s with invalid params: %s", method, error)
+            return
+        if method == lsp.SHUTDOWN:
+            self.shutdown_requested = True
+        self.protocol.handle_message(structured)
+
+    def _custom(self, method: str, msg_id: Any, is_request: bool, params: Any) -> None:
+        if is_request and method in NOTIFICATION_PARAMS or not is_request and method in REQUEST_PARAMS:
+            if is_request:
+                self.reply_error(msg_id, codes.INVALID_REQUEST, f"{method} is a notification, not a request")
+            else:
+                log.warning("%s is a request; sent as a notification it is ignored", method)
+            return
+        cls = REQUEST_PARAMS.get(method) or NOTIFICATION_PARAMS[method]
+        try:
+            value = structure(params, cls)
+        except ParamsError as error:
+            field = error.field
+            text = f"invalid params: {field + ' ' if field else ''}{error}"
+            if is_request:
+                self.reply_error(msg_id, codes.INVALID_PARAMS, text, {"field": field} if field else None)
+            else:
+                log.warning("ignoring %s: %s", method, text)
+            return
+        if is_request:
+            self.protocol.handle_message(JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=value))
+        else:
+            self.protocol.handle_message(JsonRPCNotification(method=method, jsonrpc="2.0", params=value))
+
+    def _response(self, msg_id: Any, message: dict[str, Any]) -> None:
+        error = message.get("error")
+        if isinstance(error, dict):
+            self.protocol._handle_response(
+                msg_id, None, lsp.ResponseError(code=error.get("code", codes.INTERNAL_ERROR),
+                                                message=str(error.get("message", "")), data=error.get("data")))
+        else:
+            self.protocol._handle_response(msg_id, message.get("result"))

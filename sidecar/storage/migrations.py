@@ -1,0 +1,108 @@
+"""Schema migrations: an append-only list of named steps, each recorded when applied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def m001_initial(db: duckdb.DuckDBPyConnection) -> None:
+    """Sessions, verbatim messages, summaries, the ordered context, and summary lineage."""
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            session_id VARCHAR PRIMARY KEY,
+            title VARCHAR,
+            model VARCHAR,
+            context_window INTEGER,
+            metadata VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL,
+            message_count BIGINT NOT NULL DEFAULT 0,
+            summary_count BIGINT NOT NULL DEFAULT 0,
+            context_tokens BIGINT NOT NULL DEFAULT 0,
+            context_count BIGINT NOT NULL DEFAULT 0,
+            first_position BIGINT,
+            last_position BIGINT,
+            revision BIGINT NOT NULL DEFAULT 0,
+            calibration DOUBLE NOT NULL DEFAULT 1.0,
+            reported_tokens BIGINT,
+            reported_revision BIGINT
+        )
+        """
+    )
+    # seq is the global position the message got at ingest; zone maps on it make range reads cheap.
+    db.execute(
+        """
+        CREATE TABLE messages (
+            session_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            seq BIGINT NOT NULL,
+            role VARCHAR NOT NULL,
+            raw VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            tool_name VARCHAR,
+            tool_call_id VARCHAR,
+            tool_call_ids VARCHAR[],
+            tokens INTEGER NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            message_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (session_id, id)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE summaries (
+            session_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            depth INTEGER NOT NULL,
+            content VARCHAR NOT NULL,
+            tokens INTEGER NOT NULL,
+            source_tokens BIGINT NOT NULL,
+            message_count BIGINT NOT NULL,
+            earliest_at TIMESTAMP,
+            latest_at TIMESTAMP,
+            summarizer VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (session_id, id)
+        )
+        """
+    )
+    # The current context of each session: messages and summaries by increasing position (gaps allowed).
+    db.execute(
+        """
+        CREATE TABLE context_items (
+            session_id VARCHAR NOT NULL,
+            position BIGINT NOT NULL,
+            kind VARCHAR NOT NULL,
+            ref_id VARCHAR NOT NULL,
+            role VARCHAR NOT NULL,
+            tokens INTEGER NOT NULL,
+            tool_name VARCHAR,
+            tool_call_id VARCHAR,
+            tool_call_ids VARCHAR[]
+        )
+        """
+    )
+    # Lineage: what each summary replaced, in order (messages for a leaf, summaries for a condensed one).
+    db.execute(
+        """
+        CREATE TABLE summary_sources (
+            session_id VARCHAR NOT NULL,
+            summary_id VARCHAR NOT NULL,
+            ord INTEGER NOT NULL,
+            source_kind VARCHAR NOT NULL,
+            source_id VARCHAR NOT NULL
+        )
+        """
+    )
+
+
+MIGRATIONS: list[tuple[str, Migration]] = [
+    ("001_initial", m001_initial),
+]

@@ -1,0 +1,106 @@
+"""LSP base-protocol framing that survives bad input.
+
+pygls' own reader hangs on a wrong Content-Length and drops bodies that are
+not JSON. This one answers what can be answered and resynchronises on the
+next ``Content-Length`` header after a framing error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+_HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)[ \t]*\r\n", re.IGNORECASE)
+_HEADER_END = b"\r\n\r\n"
+MAX_BODY = 256 * 1024 * 1024
+_HEADER_LINE_MAX = 64
+
+
+@attrs.define(frozen=True)
+class Frame:
+    """A decoded JSON body, or why it could not be decoded."""
+
+    message: Any = None
+    error: str | None = None
+
+
+@attrs.define
+class FrameReader:
+    """Splits a byte stream into frames; call ``feed`` with bytes and ``frames`` to drain."""
+
+    buffer: bytearray = attrs.field(factory=bytearray)
+    discarded: int = 0
+    """Bytes skipped while looking for a header, since the last frame."""
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes read from the stream."""
+        self.buffer += data
+
+    def frames(self, stalled: bool = False) -> list[Frame]:
+        """Every complete frame in the buffer; ``stalled`` means no more bytes are coming soon."""
+        out: list[Frame] = []
+        while True:
+            frame = self._next(stalled)
+            if frame is None:
+                return out
+            out.append(frame)
+
+    def _next(self, stalled: bool) -> Frame | None:
+        match = _HEADER.search(self.buffer)
+        if match is None:
+            # Keep what may be the start of a header still arriving; anything before it is junk.
+            if len(self.buffer) > _HEADER_LINE_MAX:
+                self._discard(len(self.buffer) - _HEADER_LINE_MAX)
+            return None
+        if match.start() > 0:
+            self._discard(match.start())
+            return self._next(stalled)
+        end = self.buffer.find(_HEADER_END, match.end() - 2)
+        if end < 0:
+            return None
+        length = int(match.group(1))
+        start = end + len(_HEADER_END)
+        if length > MAX_BODY:
+            self._discard(start)
+            return Frame(error=f"Content-Length {length} exceeds the limit of {MAX_BODY} bytes")
+        body = bytes(self.buffer[start : start + length])
+        if len(body) == length:
+            del self.buffer[: start + length]
+            return _decode(body)
+        # Declared longer than sent: a following header inside the body gives the real end.
+        following = _HEADER.search(body)
+        while following is not None:
+            decoded = _decode(body[: following.start()])
+            if decoded.error is None:
+                del self.buffer[: start + following.start()]
+                return decoded
+            following = _HEADER.search(body, following.start() + 1)
+        if stalled and body:
+            del self.buffer[: start + len(body)]
+            decoded = _decode(body)
+            if decoded.error is None:
+                return decoded
+            return Frame(error=f"body shorter than its Content-Length ({len(body)} of {length} bytes)")
+        return None
+
+    def _discard(self, count: int) -> None:
+        self.discarded += count
+        del self.buffer[:count]
+
+
+def _decode(body: bytes) -> Frame:
+    try:
+        return Frame(message=json.loads(body))
+    except RecursionError:
+        return Frame(error="JSON nested too deeply")
+    except ValueError as error:
+        return Frame(error=f"body is not UTF-8 JSON: {error}")
+
+
+def encode(message: Any) -> bytes:
+    """One framed message."""
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)

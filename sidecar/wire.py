@@ -1,0 +1,163 @@
+"""Converting protocol types to and from JSON: camelCase keys, strict primitives.
+
+Strict means no coercion: ``"5"`` is not an int and ``1`` is not a bool, so
+ill-typed params are rejected with the path of the first bad field.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
+from sidecar.settings import camel
+
+
+class ParamsError(ValueError):
+    """Params that do not fit their type; ``field`` is the camelCase path of the culprit."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _strict(kind: type) -> Any:
+    def structure(value: Any, _: type) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ParamsError(f"expected {_TYPE_NAMES[kind]}, got {_describe(value)}")
+        return value
+
+    return structure
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _structure_any_dict(value: Any, _: type) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ParamsError(f"expected an object, got {_describe(value)}")
+    return value
+
+
+def _structure_list(value: Any, cls: type) -> list[Any]:
+    if not isinstance(value, list):
+        raise ParamsError(f"expected an array, got {_describe(value)}")
+    (item_type,) = typing.get_args(cls) or (Any,)
+    out = []
+    for index, item in enumerate(value):
+        try:
+            out.append(converter.structure(item, item_type))
+        except ParamsError as error:
+            raise ParamsError(str(error), _join(f"[{index}]", error.field)) from None
+    return out
+
+
+def _structure_literal(value: Any, cls: type) -> Any:
+    allowed = typing.get_args(cls)
+    if value not in allowed or isinstance(value, bool):
+        raise ParamsError(f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def _structure_union(value: Any, cls: type) -> Any:
+    args = typing.get_args(cls)
+    if value is None:
+        if type(None) in args:
+            return None
+        raise ParamsError("must not be null")
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return converter.structure(value, arg)
+        except ParamsError as error:
+            errors.append(error)
+    if len(errors) == 1:
+        raise errors[0]
+    names = " or ".join(_TYPE_NAMES.get(a, getattr(a, "__name__", str(a))) for a in args if a is not type(None))
+    raise ParamsError(f"expected {names}, got {_describe(value)}")
+
+
+def _join(head: str, tail: str | None) -> str:
+    if not tail:
+        return head
+    return f"{head}{tail}" if tail.startswith("[") else f"{head}.{tail}"
+
+
+def _attrs_structure_factory(cls: type) -> Any:
+    fields = attrs.fields(cls)
+    names = {camel(f.name): f for f in fields}
+    hints = typing.get_type_hints(cls)
+
+    def structure(value: Any, _: type) -> Any:
+        if value is None and not any(f.default is attrs.NOTHING for f in fields):
+            value = {}
+        if not isinstance(value, dict):
+            raise ParamsError(f"expected an object, got {_describe(value)}")
+        kwargs = {}
+        for key, field in names.items():
+            if key not in value:
+                if field.default is attrs.NOTHING:
+                    raise ParamsError("is required", key)
+                continue
+            try:
+                kwargs[field.name] = converter.structure(value[key], hints[field.name])
+            except ParamsError as error:
+                raise ParamsError(str(error), _join(key, error.field)) from None
+        return cls(**kwargs)
+
+    return structure
+
+
+def _attrs_unstructure_factory(cls: type) -> Any:
+    overrides = {
+        f.name: override(rename=camel(f.name), omit_if_default=f.default is None) for f in attrs.fields(cls)
+    }
+    return make_dict_unstructure_fn(cls, converter, **overrides)
+
+
+converter = cattrs.Converter()
+for _kind in (str, int, float, bool):
+    converter.register_structure_hook(_kind, _strict(_kind))
+converter.register_structure_hook_func(lambda t: typing.get_origin(t) is dict, _structure_any_dict)
+converter.register_structure_hook_func(lambda t: typing.get_origin(t) is list, _structure_list)
+converter.register_structure_hook_func(lambda t: typing.get_origin(t) is typing.Literal, _structure_literal)
+converter.register_structure_hook_func(
+    lambda t: typing.get_origin(t) in (typing.Union, types.UnionType), _structure_union
+)
+converter.register_structure_hook_factory(attrs.has, _attrs_structure_factory)
+converter.register_unstructure_hook_factory(attrs.has, _attrs_unstructure_factory)
+converter.register_structure_hook(Any, lambda value, _: value)
+
+def structure(value: Any, cls: type) -> Any:
+    """``value`` (JSON) as ``cls``; raises ParamsError naming the field at fault."""
+    try:
+        return converter.structure(value, cls)
+    except RecursionError:
+        raise ParamsError("params nested too deeply") from None
+
+
+def unstructure(value: Any) -> Any:
+    """``value`` as JSON-ready data with camelCase keys and no null optionals."""
+    return converter.unstructure(value)
