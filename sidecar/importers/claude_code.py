@@ -1,0 +1,273 @@
+"""Parser for Claude Code project transcripts (~/.claude/projects/<project>/<session>.jsonl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sidecar.importers.common import (
+    ParsedTranscript,
+    base_metadata,
+    blocks_to_text,
+    finalize,
+    iter_json_lines,
+    text_content,
+    tool_call,
+)
+
+SOURCE = "claude-code"
+# Entry types that carry no conversation: titles, UI state, progress, timing, undo snapshots.
+_SILENT_TYPES = {
+    "summary",
+    "system",
+    "custom-title",
+    "ai-title",
+    "agent-name",
+    "file-history-snapshot",
+    "queue-operation",
+    "progress",
+    "pr-link",
+}
+_DROPPED_BLOCKS = {"thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
+
+Entry = tuple[int, dict[str, Any]]
+
+
+def parse(path: Path) -> ParsedTranscript:
+    """Parse a Claude Code transcript JSONL file."""
+    skipped: list[str] = []
+    nodes: dict[str, Entry] = {}
+    conversation: list[Entry] = []
+    titles: dict[str, str] = {}
+    summaries: list[tuple[str, str]] = []
+    for lineno, _, obj in iter_json_lines(path, skipped):
+        kind = obj.get("type")
+        uuid = obj.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            if uuid in nodes:
+                continue  # Resumed and compacted sessions write the same entry again.
+            nodes[uuid] = (lineno, obj)
+        if kind in ("user", "assistant"):
+            if not isinstance(uuid, str) or not uuid or not isinstance(obj.get("message"), dict):
+                skipped.append(f"line {lineno}: {kind} entry without a uuid or message")
+            elif obj.get("isSidechain"):
+                skipped.append(f"line {lineno}: sidechain (subagent) entry skipped")
+            else:
+                conversation.append((lineno, obj))
+        elif kind == "custom-title" and isinstance(obj.get("customTitle"), str):
+            titles["custom"] = obj["customTitle"]
+        elif kind == "ai-title" and isinstance(obj.get("aiTitle"), str):
+            titles["ai"] = obj["aiTitle"]
+        elif kind == "summary" and isinstance(obj.get("summary"), str):
+            summaries.append((str(obj.get("leafUuid")), obj["summary"]))
+        elif kind not in _SILENT_TYPES:
+            skipped.append(f"line {lineno}: unknown entry type {kind!r}")
+    conversation = _active_path(conversation, nodes, skipped)
+    messages = _convert(conversation, skipped)
+    # Claude Code has written other sessions' summaries into a file; trust only ones that point here.
+    own = [text for leaf, text in summaries if leaf in nodes]
+    title = titles.get("custom") or titles.get("ai") or (own[-1] if own else None)
+    return ParsedTranscript(
+        format=SOURCE,
+        messages=finalize(messages, skipped, SOURCE),
+        skipped=skipped,
+        session=_session(conversation, title),
+        suggested_session_id=_first(conversation, "sessionId"),
+    )
+
+
+def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: list[str]) -> list[Entry]:
+    """Conversation entries on the chain that ends at the last one (rewound branches left out)."""
+    if not conversation:
+        return []
+    on_path: set[int] = set()
+    current: Entry | None = conversation[-1]
+    broken_at = 0
+    while current is not None and current[0] not in on_path:
+        on_path.add(current[0])
+        obj = current[1]
+        parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
+        if not isinstance(parent, str) or not parent:
+            break
+        if parent not in nodes:
+            broken_at = current[0]
+            break
+        current = nodes[parent]
+    kept: list[Entry] = []
+    for entry in conversation:
+        # Past a link to an entry that is not in the file, keep everything: better too much than a gap.
+        if entry[0] in on_path or entry[0] < broken_at:
+            kept.append(entry)
+        else:
+            skipped.append(f"line {entry[0]}: on an abandoned branch (rewound or edited)")
+    return kept
+
+
+def _convert(conversation: list[Entry], skipped: list[str]) -> list[dict[str, Any]]:
+    """Claude Code entries as OpenAI messages, with streamed assistant pieces merged."""
+    messages: list[dict[str, Any]] = []
+    assistants: dict[str, dict[str, Any]] = {}
+    for lineno, obj in conversation:
+        where = f"line {lineno}"
+        message = obj["message"]
+        if obj["type"] == "assistant":
+            if obj.get("isApiErrorMessage") or message.get("model") == "<synthetic>":
+                continue  # Notices Claude Code wrote itself (API errors), never model output.
+            key = message.get("id") if isinstance(message.get("id"), str) else obj["uuid"]
+            target = assistants.get(key)
+            if target is None:
+                target = _new_assistant(obj, where)
+                assistants[key] = target
+                messages.append(target)
+            _merge_assistant(target, obj, where, skipped)
+        elif not (obj.get("isCompactSummary") or obj.get("isVisibleInTranscriptOnly")):
+            # A compact summary restates history that is imported in full; it would be a duplicate.
+            messages.extend(_user_messages(obj, where, skipped))
+    for msg in messages:
+        msg.pop("_blocks", None)
+        msg.pop("_texts", None)
+    return messages
+
+
+def _new_assistant(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    """An empty assistant message that streamed pieces are merged into."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "id": obj["uuid"],
+        "metadata": base_metadata(SOURCE, obj.get("timestamp")),
+        "_where": where,
+        "_blocks": set(),
+        "_texts": [],
+    }
+
+
+def _merge_assistant(target: dict[str, Any], obj: dict[str, Any], where: str, skipped: list[str]) -> None:
+    """Add one entry's content blocks and usage to the assistant message it belongs to."""
+    message = obj["message"]
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        fingerprint = json.dumps(block, sort_keys=True)
+        if fingerprint in target["_blocks"]:
+            continue  # Older versions repeat the whole message in every streamed entry.
+        target["_blocks"].add(fingerprint)
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            target["_texts"].append(block["text"])
+        elif kind == "tool_use":
+            if isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+                target.setdefault("tool_calls", []).append(
+                    tool_call(block["id"], block["name"], block.get("input"))
+                )
+            else:
+                skipped.append(f"{where}: tool_use block without an id or name dropped")
+        elif kind not in _DROPPED_BLOCKS:
+            skipped.append(f"{where}: unknown assistant content block {kind!r} dropped")
+    target["content"] = text_content(target["_texts"])
+    meta = target["metadata"]
+    if isinstance(message.get("model"), str):
+        meta["model"] = message["model"]
+    usage = _usage(message.get("usage"))
+    if usage:
+        meta["usage"] = usage
+    if isinstance(message.get("stop_reason"), str):
+        meta["stopReason"] = message["stop_reason"]
+
+
+def _user_messages(obj: dict[str, Any], where: str, skipped: list[str]) -> list[dict[str, Any]]:
+    """A user entry as tool messages (one per tool_result) followed by a user message for its text."""
+    content = obj["message"].get("content")
+    facts = {"isMeta": True} if obj.get("isMeta") else {}
+    meta = base_metadata(SOURCE, obj.get("timestamp"), **facts)
+    if isinstance(content, str):
+        return [_user(obj["uuid"], where, content, meta)] if content else []
+    if not isinstance(content, list):
+        skipped.append(f"{where}: user entry without content")
+        return []
+    results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "tool_result":
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                skipped.append(f"{where}: tool_result without a tool_use_id")
+                continue
+            results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": blocks_to_text(block.get("content")),
+                    "metadata": {**meta, "isError": bool(block.get("is_error"))},
+                    "_where": where,
+                }
+            )
+        elif kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind in ("image", "document"):
+            texts.append(f"[{kind}]")
+        else:
+            skipped.append(f"{where}: unknown user content block {kind!r} dropped")
+    body = text_content(texts)
+    out = results + ([_user("", where, body, meta)] if body is not None else [])
+    for index, msg in enumerate(out):
+        msg["id"] = obj["uuid"] if len(out) == 1 else f"{obj['uuid']}#{index + 1}"
+    return out
+
+
+def _user(msg_id: str, where: str, body: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """A user message."""
+    return {"role": "user", "content": body, "id": msg_id, "metadata": dict(meta), "_where": where}
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    """Anthropic usage renamed to input, output, cacheRead, cacheWrite."""
+    if not isinstance(usage, dict):
+        return None
+    names = {
+        "input_tokens": "input",
+        "output_tokens": "output",
+        "cache_read_input_tokens": "cacheRead",
+        "cache_creation_input_tokens": "cacheWrite",
+    }
+    return {out: usage[key] for key, out in names.items() if isinstance(usage.get(key), int)} or None
+
+
+def _first(conversation: list[Entry], key: str) -> str | None:
+    """The first non-empty string value of key among the entries."""
+    for _, obj in conversation:
+        if isinstance(obj.get(key), str) and obj[key]:
+            return obj[key]
+    return None
+
+
+def _session(conversation: list[Entry], title: str | None) -> dict[str, Any]:
+    """Session facts: title, the last model used, working directory and source ids."""
+    session: dict[str, Any] = {}
+    if title:
+        session["title"] = title
+    models = [
+        obj["message"].get("model")
+        for _, obj in conversation
+        if obj["type"] == "assistant" and obj["message"].get("model") not in (None, "<synthetic>")
+    ]
+    if models and isinstance(models[-1], str):
+        session["model"] = models[-1]
+    meta = {}
+    for key, out in (("cwd", "cwd"), ("sessionId", "sourceSessionId"), ("gitBranch", "gitBranch")):
+        value = _first(conversation, key)
+        if value:
+            meta[out] = value
+    version = _first(conversation, "version")
+    if version:
+        meta["claudeCodeVersion"] = version
+    if meta:
+        session["metadata"] = meta
+    return session
