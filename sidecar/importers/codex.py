@@ -1,0 +1,239 @@
+"""Parser for Codex CLI rollouts (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl), old and new layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sidecar.importers.common import (
+    ParsedTranscript,
+    base_metadata,
+    blocks_to_text,
+    finalize,
+    iter_json_lines,
+    stable_id,
+    text_content,
+    tool_call,
+)
+
+SOURCE = "codex"
+_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+# Response items with nothing to import: hidden reasoning, server-side search, undo snapshots,
+# and encrypted compaction state.
+_SILENT_ITEMS = {
+    "reasoning",
+    "web_search_call",
+    "ghost_snapshot",
+    "compaction",
+    "compaction_summary",
+    "other",
+}
+_ROLES = {"user": "user", "assistant": "assistant", "developer": "system", "system": "system"}
+_INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")
+
+
+class _State:
+    """What the parser knows while it walks the file."""
+
+    def __init__(self) -> None:
+        """Start with an empty conversation."""
+        self.skipped: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.awaiting_usage: dict[str, Any] | None = None
+
+
+def parse(path: Path) -> ParsedTranscript:
+    """Parse a Codex rollout JSONL file."""
+    state = _State()
+    first = True
+    for lineno, raw, obj in iter_json_lines(path, state.skipped):
+        kind = obj.get("type")
+        where = f"line {lineno}"
+        if kind in _ENVELOPES and "payload" in obj:
+            _envelope(state, lineno, raw, obj)
+        elif first and kind is None and isinstance(obj.get("id"), str) and "timestamp" in obj:
+            state.meta = obj  # The old layout opens with the bare session meta.
+        elif obj.get("record_type") == "state":
+            pass  # Old layout: resume bookkeeping, no conversation.
+        elif "payload" in obj:
+            state.skipped.append(f"{where}: unknown rollout line type {kind!r}")
+        elif isinstance(kind, str) and kind not in _ENVELOPES:
+            _response_item(state, lineno, raw, obj, None)
+        else:
+            state.skipped.append(f"{where}: unknown line (type {kind!r})")
+        first = False
+    return ParsedTranscript(
+        format=SOURCE,
+        messages=finalize(state.messages, state.skipped, SOURCE),
+        skipped=state.skipped,
+        session=_session(state),
+        suggested_session_id=_session_id(state.meta),
+    )
+
+
+def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None:
+    """Handle one {timestamp, type, payload} line."""
+    payload = obj["payload"]
+    kind = obj["type"]
+    if not isinstance(payload, dict):
+        state.skipped.append(f"line {lineno}: {kind} line whose payload is not an object")
+        return
+    if kind == "session_meta":
+        if state.meta is None:
+            state.meta = payload
+    elif kind == "turn_context":
+        if isinstance(payload.get("model"), str) and payload["model"]:
+            state.model = payload["model"]
+    elif kind == "response_item":
+        _response_item(state, lineno, raw, payload, obj.get("timestamp"))
+    elif kind == "event_msg" and payload.get("type") == "token_count":
+        _token_count(state, payload)
+
+
+def _response_item(state: _State, lineno: int, raw: str, item: dict[str, Any], timestamp: Any) -> None:
+    """Turn one ResponseItem into a message, a tool call, or nothing."""
+    kind = item.get("type")
+    where = f"line {lineno}"
+    msg_id = stable_id(SOURCE, lineno, raw)
+    if kind == "message":
+        _message(state, msg_id, where, item, timestamp)
+    elif kind == "function_call":
+        _call(state, msg_id, where, timestamp, item.get("call_id"), item.get("name"), item.get("arguments"))
+    elif kind == "custom_tool_call":
+        arguments = {"input": item.get("input")}
+        _call(state, msg_id, where, timestamp, item.get("call_id"), item.get("name"), arguments)
+    elif kind == "local_shell_call":
+        call_id = item.get("call_id") or item.get("id")
+        _call(state, msg_id, where, timestamp, call_id, "local_shell", item.get("action"))
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        _output(state, msg_id, where, item, timestamp)
+    elif kind not in _SILENT_ITEMS:
+        state.skipped.append(f"{where}: unknown response item type {kind!r}")
+
+
+def _message(state: _State, msg_id: str, where: str, item: dict[str, Any], timestamp: Any) -> None:
+    """A user, assistant, developer or system message."""
+    role = _ROLES.get(str(item.get("role")))
+    content = item.get("content")
+    if role is None or not isinstance(content, list):
+        state.skipped.append(f"{where}: message with role {item.get('role')!r} or content not understood")
+        return
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif "image" in str(part.get("type", "")):
+            texts.append("[image]")
+    body = text_content(texts)
+    if body is None:
+        return
+    facts: dict[str, Any] = {}
+    if role == "assistant":
+        facts["model"] = state.model
+    first_text = texts[0] if texts else ""
+    if role == "user" and first_text.lstrip().startswith(_INJECTED_PREFIXES):
+        facts["injected"] = True  # Context Codex adds itself (environment, AGENTS.md), not typed by the user.
+    msg = {"role": role, "content": body, "id": msg_id, "metadata": base_metadata(SOURCE, timestamp, **facts)}
+    msg["_where"] = where
+    state.messages.append(msg)
+    if role == "assistant":
+        state.awaiting_usage = msg
+
+
+def _call(
+    state: _State, msg_id: str, where: str, timestamp: Any, call_id: Any, name: Any, arguments: Any
+) -> None:
+    """A tool call, attached to the assistant message right before it or to a new one."""
+    if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+        state.skipped.append(f"{where}: tool call without a call_id or name")
+        return
+    last = state.messages[-1] if state.messages else None
+    if last is None or last["role"] != "assistant":
+        last = {
+            "role": "assistant",
+            "content": None,
+            "id": msg_id,
+            "metadata": base_metadata(SOURCE, timestamp, model=state.model),
+            "_where": where,
+        }
+        state.messages.append(last)
+    last.setdefault("tool_calls", []).append(tool_call(call_id, name, arguments))
+    state.awaiting_usage = last
+
+
+def _output(state: _State, msg_id: str, where: str, item: dict[str, Any], timestamp: Any) -> None:
+    """A tool result."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        state.skipped.append(f"{where}: tool output without a call_id")
+        return
+    output = item.get("output")
+    facts: dict[str, Any] = {}
+    if isinstance(output, dict):
+        # Older rollouts stored {content, success}; newer ones a string or a list of content items.
+        if output.get("success") is False:
+            facts["isError"] = True
+        output = output.get("content")
+    state.messages.append(
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": blocks_to_text(output),
+            "id": msg_id,
+            "metadata": base_metadata(SOURCE, timestamp, **facts),
+            "_where": where,
+        }
+    )
+
+
+def _token_count(state: _State, payload: dict[str, Any]) -> None:
+    """Attach the last model call's token usage to the assistant message it produced."""
+    info = payload.get("info")
+    last = info.get("last_token_usage") if isinstance(info, dict) else None
+    target = state.awaiting_usage
+    if not isinstance(last, dict) or target is None:
+        return
+    numbers = {k: v for k, v in last.items() if isinstance(v, int)}
+    cached = numbers.get("cached_input_tokens", 0)
+    # OpenAI counts cached tokens inside input_tokens; keep input and cacheRead disjoint as pi does.
+    usage = {"input": max(numbers.get("input_tokens", 0) - cached, 0), "cacheRead": cached}
+    if "output_tokens" in numbers:
+        usage["output"] = numbers["output_tokens"]
+    target["metadata"]["usage"] = usage
+    state.awaiting_usage = None
+
+
+def _session_id(meta: dict[str, Any] | None) -> str | None:
+    """The rollout's own session id."""
+    if not meta:
+        return None
+    for key in ("id", "session_id", "thread_id"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key]
+    return None
+
+
+def _session(state: _State) -> dict[str, Any]:
+    """Session facts: model, working directory, source id, CLI version, git branch."""
+    session: dict[str, Any] = {}
+    meta = state.meta or {}
+    model = state.model or meta.get("model")
+    if isinstance(model, str) and model:
+        session["model"] = model
+    facts: dict[str, Any] = {}
+    source_id = _session_id(meta)
+    if source_id:
+        facts["sourceSessionId"] = source_id
+    for key, out in (("cwd", "cwd"), ("cli_version", "cliVersion"), ("originator", "originator")):
+        if isinstance(meta.get(key), str) and meta[key]:
+            facts[out] = meta[key]
+    git = meta.get("git")
+    if isinstance(git, dict) and isinstance(git.get("branch"), str):
+        facts["gitBranch"] = git["branch"]
+    if facts:
+        session["metadata"] = facts
+    return session
