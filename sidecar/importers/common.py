@@ -49,9 +49,9 @@ def iter_json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, str, 
             yield lineno, line, obj
 
 
-def stable_id(source: str, lineno: int, raw: str) -> str:
+def stable_id(source: str, position: int | str, raw: str) -> str:
     """Id for an entry that has none of its own: a hash of where it is and what it says."""
-    digest = hashlib.sha256(f"{source}\n{lineno}\n{raw}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{source}\n{position}\n{raw}".encode()).hexdigest()
     return f"{source}-{digest[:24]}"
 
 

@@ -128,6 +128,9 @@ def _convert(lineno: int, raw: str, obj: dict[str, Any], skipped: list[str]) -> 
         return None
     role = message.get("role")
     timestamp = obj.get("timestamp") or message.get("timestamp")
+    if role in ("user", "custom", "hookMessage") and not isinstance(message.get("content"), str | list):
+        skipped.append(f"{where}: {role} message without content")
+        return None
     if role == "user":
         return _user(msg_id, where, message.get("content"), timestamp)
     if role in ("custom", "hookMessage"):
