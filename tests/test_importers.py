@@ -157,12 +157,12 @@ def test_claude_code_transcript(claude_file: Path) -> None:
                        "metadata": {"source": "claude-code", "timestamp": TS}}  # fmt: skip
     assert msgs[8]["content"] == NO_RESULT and msgs[8]["metadata"]["synthetic"] is True
     text_out = all_text(msgs)
-    for hidden in ("SECRET-CC-THOUGHT", "sidechain", "abandoned", "API Error", "being continued"):
+    for hidden in ("SECRET-CC-THOUGHT", "sidechain", "abandoned", "API Error", "continued", "first try"):
         assert hidden not in text_out
-    assert skip_lines(parsed.skipped) == [f"line {n}" for n in (14, 15, 18, 19, 16, 17, 23)]
+    assert skip_lines(parsed.skipped) == [f"line {n}" for n in (14, 15, 18, 19, 27, 16, 17, 23)]
     assert "sidechain" in parsed.skipped[0] and "invalid JSON" in parsed.skipped[2]
-    assert "'x-future-entry'" in parsed.skipped[3] and "abandoned branch" in parsed.skipped[4]
-    assert "'toolu_ghost'" in parsed.skipped[6]
+    assert "'x-future-entry'" in parsed.skipped[3] and "same uuid" in parsed.skipped[4]
+    assert "abandoned branch" in parsed.skipped[5] and "'toolu_ghost'" in parsed.skipped[7]
     assert parsed.suggested_session_id == "cc-sess"
     assert parsed.session == {
         "title": "Fix the parser",

@@ -39,14 +39,18 @@ def parse(path: Path) -> ParsedTranscript:
     skipped: list[str] = []
     nodes: dict[str, Entry] = {}
     conversation: list[Entry] = []
+    superseded: set[int] = set()
     titles: dict[str, str] = {}
     summaries: list[tuple[str, str]] = []
     for lineno, _, obj in iter_json_lines(path, skipped):
         kind = obj.get("type")
         uuid = obj.get("uuid")
         if isinstance(uuid, str) and uuid:
-            if uuid in nodes:
-                continue  # Resumed and compacted sessions write the same entry again.
+            earlier = nodes.get(uuid)
+            if earlier is not None and earlier[1] == obj:
+                continue  # Resumed and compacted sessions copy entries verbatim.
+            if earlier is not None:
+                superseded.add(earlier[0])  # A retried response can reuse the uuid; the later one is live.
             nodes[uuid] = (lineno, obj)
         if kind in ("user", "assistant"):
             if not isinstance(uuid, str) or not uuid or not isinstance(obj.get("message"), dict):
@@ -63,6 +67,10 @@ def parse(path: Path) -> ParsedTranscript:
             summaries.append((str(obj.get("leafUuid")), obj["summary"]))
         elif kind not in _SILENT_TYPES:
             skipped.append(f"line {lineno}: unknown entry type {kind!r}")
+    for lineno, _ in conversation:
+        if lineno in superseded:
+            skipped.append(f"line {lineno}: superseded by a later entry with the same uuid")
+    conversation = [entry for entry in conversation if entry[0] not in superseded]
     conversation = _active_path(conversation, nodes, skipped)
     messages = _convert(conversation, skipped)
     # Claude Code has written other sessions' summaries into a file; trust only ones that point here.
@@ -78,14 +86,16 @@ def parse(path: Path) -> ParsedTranscript:
 
 
 def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: list[str]) -> list[Entry]:
-    """Conversation entries on the chain that ends at the last one (rewound branches left out)."""
+    """Conversation entries on the chain ending at the last one, root first (rewound branches left out)."""
     if not conversation:
         return []
-    on_path: set[int] = set()
+    chain: list[Entry] = []
+    seen: set[int] = set()
     current: Entry | None = conversation[-1]
     broken_at = 0
-    while current is not None and current[0] not in on_path:
-        on_path.add(current[0])
+    while current is not None and current[0] not in seen:
+        seen.add(current[0])
+        chain.append(current)
         obj = current[1]
         parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
         if not isinstance(parent, str) or not parent:
@@ -94,14 +104,44 @@ def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: li
             broken_at = current[0]
             break
         current = nodes[parent]
-    kept: list[Entry] = []
+    lines = {entry[0] for entry in conversation}
+    # Before a link to an entry missing from the file, keep everything: better too much than a gap.
+    kept = [entry for entry in conversation if entry[0] < broken_at and entry[0] not in seen]
+    kept += [entry for entry in reversed(chain) if entry[0] in lines]
+    kept_lines = {entry[0] for entry in kept}
+    calls = {call for _, obj in kept for call in _block_ids(obj, "tool_use", "id")}
+    answered = {call for _, obj in kept for call in _block_ids(obj, "tool_result", "tool_use_id")}
     for entry in conversation:
-        # Past a link to an entry that is not in the file, keep everything: better too much than a gap.
-        if entry[0] in on_path or entry[0] < broken_at:
+        if entry[0] in kept_lines:
+            continue
+        results = _block_ids(entry[1], "tool_result", "tool_use_id")
+        if results and _only_tool_results(entry[1]) and all(r in calls - answered for r in results):
+            # Parallel tool results can hang off the chain as siblings; they still answer calls on it.
             kept.append(entry)
+            answered.update(results)
         else:
             skipped.append(f"line {entry[0]}: on an abandoned branch (rewound or edited)")
     return kept
+
+
+def _block_ids(obj: dict[str, Any], kind: str, key: str) -> list[str]:
+    """The key values of the entry's content blocks of the given type."""
+    content = obj["message"].get("content")
+    if not isinstance(content, list):
+        return []
+    return [
+        b[key]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == kind and isinstance(b.get(key), str)
+    ]
+
+
+def _only_tool_results(obj: dict[str, Any]) -> bool:
+    """True when every content block of the entry is a tool_result."""
+    content = obj["message"].get("content")
+    return isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
 
 
 def _convert(conversation: list[Entry], skipped: list[str]) -> list[dict[str, Any]]:

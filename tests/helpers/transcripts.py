@@ -104,7 +104,7 @@ def result(call_id: str, content: Any, **extra: Any) -> J:
 
 
 def write_claude_sample(path: Path) -> Path:
-    """Claude Code session cc-sess (11 messages): streaming, sidechain, rewind, compaction, bad lines."""
+    """Claude Code session cc-sess (11 messages): streaming, sidechain, rewind, retry, compaction, damage."""
     read = cc_asst("a3", "a2", "msg_1", use("toolu_read", "Read", file_path="parser.py"))
     return write_jsonl(path, [
         {"type": "summary", "summary": "Fix the parser", "leafUuid": "a7"},
@@ -117,7 +117,7 @@ def write_claude_sample(path: Path) -> Path:
         read,
         cc_asst("a4", "a3", "msg_1", use("toolu_bash", "Bash", command="pytest"), stop="tool_use"),
         cc_user("u2", "a4", [result("toolu_read", "def parse(): ...")], toolUseResult={"type": "text"}),
-        cc_user("u3", "u2", [result("toolu_bash", [text("1 failed"), {"type": "image"}], is_error=True)]),
+        cc_user("u3", "a4", [result("toolu_bash", [text("1 failed"), {"type": "image"}], is_error=True)]),
         {"type": "progress", "uuid": "p1", "parentUuid": "u3", "data": {"type": "hook_progress"}},
         cc_asst("a5", "p1", "msg_2", text("One test fails."), stop="end_turn"),
         cc_user("s1", "a5", "explore the repo", isSidechain=True, agentId="ab12"),
@@ -134,6 +134,7 @@ def write_claude_sample(path: Path) -> Path:
         cc_asst("e1", "u5", "msg_e", text("API Error: 529"), isApiErrorMessage=True),
         cc_asst("a6", "e1", "msg_3", use("toolu_edit", "Edit", file_path="parser.py")),
         cc_user("u6", "a6", [text("[Request interrupted by user for tool use]")]),
+        cc_asst("a7", "u6", "msg_4", text("Stopped (first try)."), stop="end_turn"),
         cc_asst("a7", "u6", "msg_4", text("Stopped."), stop="end_turn"),
         {"type": "system", "subtype": "turn_duration", "uuid": "t1", "parentUuid": "a7", "durationMs": 5},
     ])  # fmt: skip
