@@ -14,6 +14,8 @@ from tests.helpers.openai_checks import assert_valid_openai_sequence
 from tests.helpers.transcripts import (
     TS,
     J,
+    cc_asst,
+    cc_user,
     cx_call,
     cx_msg,
     cx_out,
@@ -179,6 +181,20 @@ def test_claude_code_ids_stable_and_custom_title_wins(claude_file: Path) -> None
     assert first.format == "claude-code" and first.session["title"] == "Parser fix"
     assert [m["id"] for m in first.messages] == [m["id"] for m in second.messages]
     assert len({m["id"] for m in first.messages}) == len(first.messages)
+
+
+def test_claude_code_keeps_history_before_a_fresh_root_or_a_missing_parent(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "roots.jsonl", [
+        cc_user("u1", None, "first question"),
+        cc_asst("a1", "u1", "m1", text("first answer"), stop="end_turn"),
+        cc_user("u2", None, "second question, after a resume"),
+        cc_asst("a2", "u2", "m2", text("second answer"), stop="end_turn"),
+        cc_user("u3", "not-in-this-file", "third question"),
+        cc_asst("a3", "u3", "m3", text("third answer"), stop="end_turn"),
+    ])  # fmt: skip
+    parsed = parse_transcript(path)
+    assert [m["id"] for m in parsed.messages] == ["u1", "a1", "u2", "a2", "u3", "a3"]
+    assert parsed.skipped == []
 
 
 # --- Codex CLI --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any
@@ -86,28 +87,30 @@ def parse(path: Path) -> ParsedTranscript:
 
 
 def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: list[str]) -> list[Entry]:
-    """Conversation entries on the chain ending at the last one, root first (rewound branches left out)."""
+    """Conversation entries on the chain ending at the last entry, root first (rewound branches left out)."""
     if not conversation:
         return []
+    order = [entry[0] for entry in conversation]
     chain: list[Entry] = []
     seen: set[int] = set()
+    scan = len(conversation) - 1
     current: Entry | None = conversation[-1]
-    broken_at = 0
-    while current is not None and current[0] not in seen:
+    while current is not None:
         seen.add(current[0])
         chain.append(current)
         obj = current[1]
         parent = obj.get("parentUuid") or obj.get("logicalParentUuid")
-        if not isinstance(parent, str) or not parent:
-            break
-        if parent not in nodes:
-            broken_at = current[0]
-            break
-        current = nodes[parent]
-    lines = {entry[0] for entry in conversation}
-    # Before a link to an entry missing from the file, keep everything: better too much than a gap.
-    kept = [entry for entry in conversation if entry[0] < broken_at and entry[0] not in seen]
-    kept += [entry for entry in reversed(chain) if entry[0] in lines]
+        following = nodes.get(parent) if isinstance(parent, str) else None
+        if following is None or following[0] in seen:
+            # A fresh root (resume, compaction) or a link out of the file: the history goes on
+            # before it, so carry on from the latest earlier entry rather than drop it all.
+            scan = min(scan, bisect.bisect_left(order, current[0]) - 1)
+            while scan >= 0 and order[scan] in seen:
+                scan -= 1
+            following = conversation[scan] if scan >= 0 else None
+        current = following
+    lines = set(order)
+    kept = [entry for entry in reversed(chain) if entry[0] in lines]
     kept_lines = {entry[0] for entry in kept}
     calls = {call for _, obj in kept for call in _block_ids(obj, "tool_use", "id")}
     answered = {call for _, obj in kept for call in _block_ids(obj, "tool_result", "tool_use_id")}
