@@ -1,0 +1,86 @@
+/**
+ * Typed requests to the sidecar over any JSON-RPC connection: the LanguageClient in
+ * VS Code, or a bare vscode-jsonrpc MessageConnection in tests.
+ */
+import { CancellationToken, Disposable, NotificationHandler, ProgressToken, ProgressType } from 'vscode-jsonrpc';
+import {
+  CompactParams,
+  CompactResult,
+  ExpandResult,
+  IngestResult,
+  Message,
+  Methods,
+  SessionInfo,
+  SessionsResult,
+  Usage,
+} from './protocol';
+
+/** What both `LanguageClient` and `MessageConnection` offer. */
+export interface RpcConnection {
+  sendRequest<R>(method: string, params: unknown, token?: CancellationToken): Promise<R>;
+  sendNotification(method: string, params?: unknown): Promise<void>;
+  onNotification(method: string, handler: (params: any) => void): Disposable;
+  onProgress<P>(type: ProgressType<P>, token: ProgressToken, handler: NotificationHandler<P>): Disposable;
+}
+
+/** LSP `WorkDoneProgressBegin | Report | End`, as sent on a `workDoneToken`. */
+export interface WorkDoneProgress {
+  kind: 'begin' | 'report' | 'end';
+  title?: string;
+  message?: string;
+  percentage?: number;
+  cancellable?: boolean;
+}
+
+export const workDoneProgressType = new ProgressType<WorkDoneProgress>();
+
+let tokenCounter = 0;
+
+/** A workDoneToken unique within this process. */
+export function newWorkDoneToken(): string {
+  tokenCounter += 1;
+  return `contextSidecar/compact/${process.pid}/${tokenCounter}`;
+}
+
+export interface CompactOptions {
+  onProgress?: (progress: WorkDoneProgress) => void;
+  token?: CancellationToken;
+}
+
+export class SidecarRequests {
+  constructor(private readonly rpc: RpcConnection) {}
+
+  usage(sessionId: string): Promise<Usage> {
+    return this.rpc.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId });
+  }
+
+  async sessions(): Promise<SessionInfo[]> {
+    const result = await this.rpc.sendRequest<SessionsResult>(Methods.MEMORY_SESSIONS, {});
+    return result.sessions;
+  }
+
+  ingest(sessionId: string, messages: Message[], session?: Record<string, unknown>): Promise<IngestResult> {
+    return this.rpc.sendRequest<IngestResult>(Methods.MEMORY_INGEST, { sessionId, messages, session });
+  }
+
+  expand(sessionId: string, id: string, tokenCap?: number): Promise<ExpandResult> {
+    return this.rpc.sendRequest<ExpandResult>(Methods.MEMORY_EXPAND, { sessionId, id, tokenCap });
+  }
+
+  /** `context/compact` with its progress on a fresh workDoneToken; cancelling `token` sends `$/cancelRequest`. */
+  async compact(params: CompactParams, options: CompactOptions = {}): Promise<CompactResult> {
+    const workDoneToken = newWorkDoneToken();
+    const listener = options.onProgress
+      ? this.rpc.onProgress(workDoneProgressType, workDoneToken, options.onProgress)
+      : undefined;
+    try {
+      return await this.rpc.sendRequest<CompactResult>(
+        Methods.CONTEXT_COMPACT,
+        { ...params, workDoneToken },
+        options.token,
+      );
+    } finally {
+      listener?.dispose();
+    }
+  }
+}

@@ -1,0 +1,105 @@
+/** Status text for a Usage, shared by the status bar item and `showUsage`; no `vscode` import. */
+import { Usage, UsageState } from './protocol';
+
+export type StatusLook = 'normal' | 'warning' | 'error';
+
+export interface StatusView {
+  /** Status bar text, with a `$(codicon)` prefix. */
+  text: string;
+  /** The same without the icon, e.g. `ctx 72% suggest: type /compact to free up context`. */
+  plain: string;
+  tooltip: string;
+  look: StatusLook;
+}
+
+const ICONS: Record<UsageState, string> = {
+  ok: '$(pulse)',
+  suggest: '$(lightbulb)',
+  compact: '$(warning)',
+  compacting: '$(sync~spin)',
+  overflow: '$(error)',
+};
+
+const LOOKS: Record<UsageState, StatusLook> = {
+  ok: 'normal',
+  suggest: 'normal',
+  compact: 'warning',
+  compacting: 'warning',
+  overflow: 'error',
+};
+
+const FALLBACK_HINTS: Partial<Record<UsageState, string>> = {
+  suggest: 'type /compact to free up context',
+  compact: 'type /compact now',
+  overflow: 'type /compact or older messages are dropped',
+};
+
+/**
+ * The action part of the server's hint: "Context 72% full: type /compact to free up context"
+ * becomes "type /compact to free up context", since the percent is already shown.
+ */
+export function shortHint(usage: Usage): string | undefined {
+  if (usage.state === 'ok' || usage.state === 'compacting') {
+    return undefined;
+  }
+  const hint = usage.hint?.trim();
+  if (hint) {
+    const colon = hint.lastIndexOf(': ');
+    return colon >= 0 ? hint.slice(colon + 2) : hint;
+  }
+  return FALLBACK_HINTS[usage.state];
+}
+
+export function formatPercent(percent: number): string {
+  return `${Math.round(percent)}%`;
+}
+
+/** `ctx 72% suggest: type /compact to free up context`, `ctx 80% compacting…`, `ctx 12%`. */
+export function statusText(usage: Usage | undefined): string {
+  if (!usage) {
+    return 'ctx –';
+  }
+  const percent = `ctx ${formatPercent(usage.percent)}`;
+  if (usage.state === 'ok') {
+    return percent;
+  }
+  if (usage.state === 'compacting') {
+    return `${percent} compacting…`;
+  }
+  const hint = shortHint(usage);
+  return hint ? `${percent} ${usage.state}: ${hint}` : `${percent} ${usage.state}`;
+}
+
+export function formatTokens(tokens: number): string {
+  return tokens.toLocaleString('en-US');
+}
+
+export function statusTooltip(usage: Usage | undefined, sessionId: string | undefined): string {
+  if (!usage) {
+    return sessionId
+      ? `Context Sidecar: no usage yet for session ${sessionId}`
+      : 'Context Sidecar: no session yet';
+  }
+  const lines = [
+    `Session ${usage.sessionId}`,
+    `${formatTokens(usage.tokens)} of ${formatTokens(usage.contextWindow)} tokens (${usage.percent}%), ` +
+      `${usage.source === 'provider' ? 'as the provider reported' : 'estimated'}`,
+    `Compaction threshold: ${formatTokens(usage.threshold)} tokens`,
+    `${usage.messages} messages, ${usage.summaries} summaries`,
+  ];
+  if (usage.hint) {
+    lines.push(usage.hint);
+  }
+  return lines.join('\n');
+}
+
+export function formatStatus(usage: Usage | undefined, sessionId?: string): StatusView {
+  const plain = statusText(usage);
+  const icon = usage ? ICONS[usage.state] ?? ICONS.ok : '$(pulse)';
+  return {
+    text: `${icon} ${plain}`,
+    plain,
+    tooltip: statusTooltip(usage, sessionId ?? usage?.sessionId),
+    look: usage ? LOOKS[usage.state] ?? 'normal' : 'normal',
+  };
+}

@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Methods, Usage } from '../src/protocol';
+import { SessionSelection } from '../src/sessions';
+import { formatStatus, shortHint, statusText } from '../src/status';
+import { bigUserMessage, Sidecar, startSidecar } from './helpers';
+
+function usage(state: Usage['state'], percent: number, hint?: string): Usage {
+  return {
+    sessionId: 's',
+    tokens: Math.round(percent * 40),
+    contextWindow: 4000,
+    percent,
+    threshold: 3000,
+    state,
+    hint,
+    source: 'estimate',
+    messages: 3,
+    summaries: 0,
+  };
+}
+
+describe('status formatting', () => {
+  it('shows the percent alone when all is well', () => {
+    assert.equal(statusText(usage('ok', 12.4)), 'ctx 12%');
+    assert.equal(formatStatus(usage('ok', 12.4)).look, 'normal');
+  });
+
+  it('adds the action part of the hint for suggest, compact and overflow', () => {
+    const suggest = usage('suggest', 72.3, 'Context 72% full: type /compact to free up context');
+    assert.equal(statusText(suggest), 'ctx 72% suggest: type /compact to free up context');
+    assert.equal(shortHint(usage('compact', 80, undefined)), 'type /compact now');
+    assert.equal(statusText(usage('overflow', 104.6, 'over: type /compact or else')), 'ctx 105% overflow: type /compact or else');
+  });
+
+  it('gives compacting and overflow their own icon and background', () => {
+    const compacting = formatStatus(usage('compacting', 80, 'Compacting context…'));
+    assert.equal(compacting.plain, 'ctx 80% compacting…');
+    assert.match(compacting.text, /^\$\(sync~spin\) /);
+    assert.equal(compacting.look, 'warning');
+    const overflow = formatStatus(usage('overflow', 120));
+    assert.match(overflow.text, /^\$\(error\) /);
+    assert.equal(overflow.look, 'error');
+  });
+
+  it('says when there is no session yet', () => {
+    assert.equal(formatStatus(undefined).plain, 'ctx –');
+    assert.match(formatStatus(undefined, 'agent-1').tooltip, /no usage yet for session agent-1/);
+  });
+});
+
+describe('status from the real sidecar', () => {
+  let sidecar: Sidecar;
+  before(async () => {
+    sidecar = await startSidecar();
+  });
+  after(async () => {
+    assert.equal(await sidecar.close(), 0, sidecar.stderr());
+  });
+
+  it('moves through ok, suggest, compact and overflow as messages are ingested', async () => {
+    const selection = new SessionSelection();
+    const texts: string[] = [];
+    selection.onDidChange((u) => texts.push(statusText(u)));
+    sidecar.on(Methods.CONTEXT_DID_CHANGE_USAGE, (u: Usage) => selection.update(u));
+
+    const steps: Array<[number, Usage['state'], RegExp]> = [
+      [1000, 'ok', /^ctx 2\d%$/],
+      [1900, 'suggest', /^ctx 7\d% suggest: type \/compact to free up context$/],
+      [300, 'compact', /^ctx [78]\d% compact: type \/compact now$/],
+      [1200, 'overflow', /^ctx 1\d\d% overflow: type \/compact/],
+    ];
+    let n = 0;
+    for (const [tokens, state, text] of steps) {
+      const notified = sidecar.next<Usage>(Methods.CONTEXT_DID_CHANGE_USAGE, (u) => u.sessionId === 'status');
+      const result = await sidecar.requests.ingest('status', [bigUserMessage(`m${n++}`, tokens)]);
+      const pushed = await notified;
+      assert.equal(pushed.state, state, JSON.stringify(pushed));
+      assert.deepEqual(pushed, result.usage);
+      assert.equal(selection.sessionId, 'status');
+      assert.match(texts[texts.length - 1], text);
+    }
+    assert.equal(formatStatus(selection.usage).look, 'error');
+  });
+});
