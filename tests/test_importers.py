@@ -304,6 +304,14 @@ def test_auto_detection_of_openai_array_and_lines(tmp_path: Path) -> None:
     assert parse_transcript(lines).format == "openai" and len(parse_transcript(lines).messages) == 2
 
 
+def test_auto_detection_reads_long_first_lines_whole(tmp_path: Path) -> None:
+    pasted = cc_user("u1", None, [text("see"), {"type": "image", "source": {"data": "A" * 5_000_000}}])
+    path = write_jsonl(tmp_path / "big.jsonl", [{"type": "custom-title", "customTitle": "Shot"}, pasted])
+    parsed = parse_transcript(path)
+    assert parsed.format == "claude-code" and parsed.session["title"] == "Shot"
+    assert parsed.messages[0]["content"] == [text("see"), text("[image]")]
+
+
 @pytest.mark.parametrize("fmt", ["auto", "pi", "claude-code", "codex", "openai"])
 def test_empty_file_gives_no_messages(tmp_path: Path, fmt: str) -> None:
     path = tmp_path / "empty.jsonl"

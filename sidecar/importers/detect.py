@@ -9,7 +9,6 @@ from typing import Any
 from sidecar.importers.common import ImportFormatError
 
 _PROBE_LINES = 50
-_PROBE_BYTES = 4 * 1024 * 1024
 _CODEX_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
 _CODEX_ITEMS = {
     "function_call",
@@ -28,6 +27,10 @@ _CLAUDE_TYPES = {
     "file-history-snapshot",
     "queue-operation",
     "progress",
+    "custom-title",
+    "ai-title",
+    "agent-name",
+    "pr-link",
 }
 _PI_ENTRY_TYPES = {
     "model_change",
@@ -43,30 +46,30 @@ _OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 def detect_format(path: Path) -> str | None:
     """The format name of the file, None when it is empty; ImportFormatError when unknown."""
-    with path.open(encoding="utf-8-sig", errors="replace") as fh:
-        head = fh.read(_PROBE_BYTES)
-    stripped = head.lstrip()
-    if not stripped:
-        return None
-    if stripped.startswith("["):
-        return "openai"
+    first_char = ""
     seen_lines = 0
-    for line in head.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        seen_lines += 1
-        if seen_lines > _PROBE_LINES:
-            break
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(obj, dict):
-            found = classify_line(obj)
+    # Whole lines, however long: a first prompt with a pasted image can run to megabytes.
+    with path.open(encoding="utf-8-sig", errors="replace") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line:
+                continue
+            first_char = first_char or line[0]
+            if first_char == "[":
+                return "openai"
+            seen_lines += 1
+            if seen_lines > _PROBE_LINES:
+                break
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            found = classify_line(obj) if isinstance(obj, dict) else None
             if found:
                 return found
-    if stripped.startswith("{") and _is_wrapped_messages(path):
+    if not first_char:
+        return None
+    if first_char == "{" and _is_wrapped_messages(path):
         return "openai"
     raise ImportFormatError(
         f"cannot tell the transcript format of {path}: its first {min(seen_lines, _PROBE_LINES)} "
