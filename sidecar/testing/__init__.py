@@ -1,0 +1,5 @@
+"""Test helpers that ship with the package: a scriptable OpenAI-compatible server."""
+
+from sidecar.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
+
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply"]
