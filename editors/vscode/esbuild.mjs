@@ -10,5 +10,6 @@ await esbuild.build({
   platform: 'node',
   target: 'node18',
   sourcemap: true,
+  minify: process.argv.includes('--minify'),
   logLevel: 'warning',
 });
