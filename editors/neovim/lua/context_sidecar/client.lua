@@ -1,0 +1,160 @@
+---Starting, restarting and stopping the sidecar as a Neovim LSP client (0.7+).
+local config = require('context_sidecar.config')
+local protocol = require('context_sidecar.protocol')
+
+local M = {}
+
+---@type integer|nil
+M.client_id = nil
+---How the last server process ended.
+---@type {code: integer, signal: integer}|nil
+M.last_exit = nil
+---@type integer[] times (ms) of unexpected exits within the restart window
+local crashes = {}
+local stopping = false
+
+---@class ContextSidecarCallbacks
+---@field handlers table<string, function>
+---@field on_init fun(client: table, result: table)
+---@field on_exit fun(code: integer, signal: integer)
+
+---@type ContextSidecarCallbacks|nil
+local callbacks = nil
+
+---@return table|nil
+function M.get()
+  return M.client_id and vim.lsp.get_client_by_id(M.client_id) or nil
+end
+
+local function capabilities()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  caps.experimental = caps.experimental or {}
+  caps.experimental[protocol.EXPERIMENTAL_KEY] = { usageNotifications = true, compactionHooks = false }
+  return caps
+end
+
+---@param opts ContextSidecarOptions
+---@return table
+local function lsp_config(opts)
+  return {
+    name = protocol.SERVER_NAME,
+    cmd = config.server_cmd(opts.cmd),
+    cmd_env = opts.cmd_env,
+    root_dir = opts.root_dir or vim.loop.cwd(),
+    init_options = config.json_object(opts.settings),
+    -- Answers the server's workspace/configuration pull through the default handler.
+    settings = { [protocol.SETTINGS_SECTION] = config.json_object(opts.settings) },
+    capabilities = capabilities(),
+    handlers = callbacks.handlers,
+    on_init = function(client, result)
+      callbacks.on_init(client, result)
+    end,
+    on_exit = function(code, signal, client_id)
+      M.last_exit = { code = code, signal = signal }
+      if client_id == M.client_id then
+        M.client_id = nil
+      end
+      vim.schedule(function()
+        callbacks.on_exit(code, signal)
+        if not stopping then
+          M.after_crash(code, signal)
+        end
+      end)
+    end,
+  }
+end
+
+---Start the server unless it runs; returns the client id.
+---@param opts ContextSidecarOptions
+---@param cbs ContextSidecarCallbacks
+---@return integer|nil
+function M.start(opts, cbs)
+  callbacks = cbs
+  if M.get() then
+    return M.client_id
+  end
+  stopping = false
+  local cfg = lsp_config(opts)
+  local ok, id
+  if vim.lsp.start then
+    -- 0.8+; `attach = false` (0.11+) keeps the sidecar off the buffer, older versions ignore it.
+    ok, id = pcall(vim.lsp.start, cfg, { attach = false, reuse_client = function() return false end })
+  else
+    ok, id = pcall(vim.lsp.start_client, cfg)
+  end
+  if not ok or not id then
+    vim.notify(
+      string.format('context-sidecar: cannot start %s: %s. Set `cmd` in setup().', table.concat(cfg.cmd, ' '), tostring(id)),
+      vim.log.levels.ERROR
+    )
+    return nil
+  end
+  M.client_id = id
+  return id
+end
+
+---Restart after an unexpected exit, at most `restart.limit` times within `restart.window_ms`.
+---@param code integer
+---@param signal integer
+function M.after_crash(code, signal)
+  local opts = config.options
+  local now = vim.loop.now()
+  local recent = {}
+  for _, t in ipairs(crashes) do
+    if now - t <= opts.restart.window_ms then
+      table.insert(recent, t)
+    end
+  end
+  crashes = recent
+  if #crashes >= opts.restart.limit then
+    vim.notify(
+      string.format(
+        'context-sidecar exited (code %s, signal %s) %d times within %ds; not restarting. Run :ContextRestart.',
+        code, signal, #crashes + 1, math.floor(opts.restart.window_ms / 1000)
+      ),
+      vim.log.levels.ERROR
+    )
+    return
+  end
+  table.insert(crashes, now)
+  vim.notify(string.format('context-sidecar exited (code %s, signal %s); restarting', code, signal), vim.log.levels.WARN)
+  M.start(opts, callbacks)
+end
+
+---`shutdown` then `exit`; waits up to `timeout_ms` for the process to go.
+---@param timeout_ms integer|nil
+function M.stop(timeout_ms)
+  local client = M.get()
+  stopping = true
+  if not client then
+    return
+  end
+  client.stop()
+  vim.wait(timeout_ms or 3000, function()
+    return client.is_stopped()
+  end, 20)
+  if not client.is_stopped() then
+    client.stop(true)
+  end
+  M.client_id = nil
+end
+
+---Stop, forget earlier crashes, and start again.
+---@param opts ContextSidecarOptions
+function M.restart(opts)
+  M.stop()
+  crashes = {}
+  M.start(opts, callbacks)
+end
+
+---Send the current settings as `workspace/didChangeConfiguration`.
+---@param settings table
+function M.send_settings(settings)
+  local client = M.get()
+  if client then
+    client.config.settings = { [protocol.SETTINGS_SECTION] = config.json_object(settings) }
+    client.notify('workspace/didChangeConfiguration', { settings = client.config.settings })
+  end
+end
+
+return M

@@ -1,0 +1,131 @@
+---Usage per session, which session is shown, and the statusline text.
+local M = {}
+
+---@type table<string, ContextSidecarUsage>
+M.usages = {}
+---@type string|nil
+M.selected = nil
+M.pinned = false
+M.running = false
+
+local fallback_hints = {
+  suggest = 'type /compact to free up context',
+  compact = 'type /compact now',
+  overflow = 'type /compact or older messages are dropped',
+}
+
+local function changed()
+  vim.schedule(function()
+    vim.cmd('redrawstatus!')
+    vim.api.nvim_exec_autocmds('User', { pattern = 'ContextSidecarUsage', modeline = false })
+  end)
+end
+
+---@param session_id string|nil
+local function select(session_id)
+  if session_id ~= M.selected then
+    M.selected = session_id
+    changed()
+  end
+end
+
+function M.reset()
+  M.usages = {}
+  M.selected = nil
+  M.pinned = false
+end
+
+---Record a usage; unpinned, the selection follows the session that changed last.
+---@param usage ContextSidecarUsage
+function M.update(usage)
+  M.usages[usage.sessionId] = usage
+  if not M.pinned then
+    M.selected = usage.sessionId
+  end
+  if usage.sessionId == M.selected then
+    changed()
+  end
+end
+
+---Pin a session; nil goes back to following the most recently updated one.
+---@param session_id string|nil
+function M.pin(session_id)
+  M.pinned = session_id ~= nil
+  select(session_id)
+end
+
+---Unless pinned, select the session with the newest `updatedAt` (ISO 8601, so it sorts as text).
+---@param sessions ContextSidecarSessionInfo[]
+function M.adopt_default(sessions)
+  if M.pinned then
+    return
+  end
+  local best
+  for _, session in ipairs(sessions) do
+    if not best or session.updatedAt > best.updatedAt then
+      best = session
+    end
+  end
+  if best then
+    select(best.sessionId)
+  end
+end
+
+---@param session_id string
+function M.forget(session_id)
+  M.usages[session_id] = nil
+  if session_id == M.selected then
+    M.selected = nil
+    M.pinned = false
+    changed()
+  end
+end
+
+---@return ContextSidecarUsage|nil
+function M.current()
+  return M.selected and M.usages[M.selected] or nil
+end
+
+---The action part of the server's hint: the percent is shown already.
+---@param usage ContextSidecarUsage
+---@return string|nil
+function M.short_hint(usage)
+  if usage.state == 'ok' or usage.state == 'compacting' then
+    return nil
+  end
+  local hint = type(usage.hint) == 'string' and vim.trim(usage.hint) or ''
+  if hint ~= '' then
+    local action = hint:match('.*: (.*)$')
+    return action or hint
+  end
+  return fallback_hints[usage.state]
+end
+
+---`ctx 72% suggest: type /compact to free up context`, `ctx 80% compacting…`, `ctx 12%`.
+---@param usage ContextSidecarUsage|nil
+---@return string
+function M.format(usage)
+  if not usage then
+    return 'ctx –'
+  end
+  local text = string.format('ctx %d%%', math.floor(usage.percent + 0.5))
+  if usage.state == 'ok' then
+    return text
+  end
+  if usage.state == 'compacting' then
+    return text .. ' compacting…'
+  end
+  local hint = M.short_hint(usage)
+  return hint and string.format('%s %s: %s', text, usage.state, hint) or (text .. ' ' .. usage.state)
+end
+
+---Statusline component; empty while the sidecar is not running.
+---@return string
+function M.statusline()
+  if not M.running and not M.current() then
+    return ''
+  end
+  return M.format(M.current())
+end
+
+return M

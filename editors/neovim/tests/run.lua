@@ -1,0 +1,330 @@
+-- Headless tests of the Neovim plugin against the real context-sidecar:
+--   nvim --headless -u NONE -c "luafile tests/run.lua"
+-- The server command comes from CONTEXT_SIDECAR_COMMAND (default: context-sidecar on PATH).
+local here = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h')
+local root = vim.fn.fnamemodify(here, ':h')
+vim.opt.runtimepath:prepend(root)
+package.path = here .. '/?.lua;' .. package.path
+vim.cmd('runtime plugin/context_sidecar.lua')
+
+local t = require('harness')
+local hanging_llm = require('hanging_llm')
+
+-- A hung test must not hang the run.
+vim.defer_fn(function()
+  t.out('not ok - the run took longer than 240 s')
+  vim.cmd('cquit 2')
+end, 240000)
+
+local notifications = {}
+vim.notify = function(message, level)
+  table.insert(notifications, { message = message, level = level })
+end
+
+local db_dir = vim.fn.tempname()
+vim.fn.mkdir(db_dir, 'p')
+local command = vim.split(vim.trim(os.getenv('CONTEXT_SIDECAR_COMMAND') or ''), '%s+', { trimempty = true })
+if #command == 0 then
+  command = { 'context-sidecar' }
+end
+local cmd = vim.list_extend(vim.deepcopy(command), { '--db', db_dir .. '/memory.duckdb' })
+
+local SETTINGS = {
+  contextWindow = 4000,
+  compaction = { auto = false, maxTokens = -1, reserveTokens = 500, freshTail = 4 },
+  prune = { protectTokens = 200, minimumTokens = 100 },
+}
+
+local function big_message(id, tokens)
+  return { role = 'user', content = vim.trim(string.rep('word ', math.floor(tokens * 4 / 5))), id = id }
+end
+
+local function conversation(prefix)
+  local messages = {}
+  for i = 0, 23 do
+    table.insert(messages, {
+      role = i % 2 == 0 and 'user' or 'assistant',
+      content = string.format('turn %d of %s: ', i, prefix) .. string.rep('we edited src/app.py and ran the tests again ', 10),
+      id = prefix .. i,
+    })
+  end
+  return messages
+end
+
+local function tool_exchange(n, output)
+  return {
+    { role = 'user', content = 'step ' .. n .. ': look at the files', id = 'u' .. n },
+    {
+      role = 'assistant',
+      content = vim.NIL,
+      id = 'a' .. n,
+      tool_calls = { { id = 'call' .. n, type = 'function', ['function'] = { name = 'bash', arguments = '{"cmd": "ls -R"}' } } },
+    },
+    { role = 'tool', content = output, tool_call_id = 'call' .. n, id = 't' .. n },
+    { role = 'assistant', content = 'done with step ' .. n, id = 'd' .. n },
+  }
+end
+
+local function request(method, params)
+  local client = require('context_sidecar').client()
+  t.ok(client, 'the client is not running')
+  local response, err = client.request_sync(method, params, 10000)
+  t.ok(response, method .. ': ' .. tostring(err))
+  t.ok(not response.err, method .. ': ' .. vim.inspect(response.err))
+  return response.result
+end
+
+local function ingest(session, messages)
+  return request('memory/ingest', { sessionId = session, messages = messages })
+end
+
+local function serves_compact()
+  local caps = require('context_sidecar').server_capabilities
+  return caps and vim.tbl_contains(caps.methods or {}, 'context/compact')
+end
+
+local function buffer_lines(name)
+  local bufnr = vim.fn.bufnr(name)
+  return bufnr, bufnr ~= -1 and vim.api.nvim_buf_get_lines(bufnr, 0, -1, false) or {}
+end
+
+local sidecar = require('context_sidecar')
+local status = require('context_sidecar.status')
+local client = require('context_sidecar.client')
+
+local function main()
+  t.test('setup() starts the sidecar and initializes', function()
+    sidecar.setup({ cmd = cmd, settings = SETTINGS })
+    t.wait_for('initialize', function()
+      return status.running
+    end)
+    local caps = sidecar.server_capabilities
+    t.eq(caps.protocolVersion, 1)
+    t.ok(vim.tbl_contains(caps.methods, 'memory/ingest'), vim.inspect(caps.methods))
+    t.eq(sidecar.statusline(), 'ctx –')
+  end)
+
+  t.test('statusline moves through ok, suggest, compact and overflow', function()
+    local steps = {
+      { 1000, '^ctx 2%d%%$' },
+      { 1900, '^ctx 7%d%% suggest: type /compact to free up context$' },
+      { 300, '^ctx [78]%d%% compact: type /compact now$' },
+      { 1200, '^ctx 1%d%d%% overflow: type /compact' },
+    }
+    for i, step in ipairs(steps) do
+      local result = ingest('status', { big_message('m' .. i, step[1]) })
+      t.wait_for('usage of step ' .. i, function()
+        local usage = sidecar.usage()
+        return usage and usage.tokens == result.usage.tokens
+      end)
+      t.match(sidecar.statusline(), step[2], 'step ' .. i)
+    end
+    t.eq(sidecar.usage().state, 'overflow')
+  end)
+
+  t.test(':ContextSession pins a session; without one the latest is followed', function()
+    vim.cmd('ContextSession pinned')
+    t.wait_for('the pinned session', function()
+      return status.selected == 'pinned'
+    end)
+    t.eq(sidecar.statusline(), 'ctx –')
+    ingest('pinned', { big_message('p1', 500) })
+    t.wait_for('pinned usage', function()
+      return sidecar.statusline() == 'ctx 13%'
+    end)
+    ingest('status', { big_message('m9', 10) })
+    vim.wait(200)
+    t.eq(sidecar.statusline(), 'ctx 13%')
+    sidecar.set_session(nil)
+    t.wait_for('the most recently updated session', function()
+      return status.selected == 'status' and sidecar.usage() ~= nil
+    end)
+    t.match(sidecar.statusline(), 'overflow')
+  end)
+
+  t.test('changed settings reach the server and the statusline', function()
+    sidecar.set_settings(vim.tbl_deep_extend('force', SETTINGS, { contextWindow = 8000 }))
+    t.wait_for('usage with the new window', function()
+      local usage = sidecar.usage()
+      return usage and usage.contextWindow == 8000
+    end)
+    local usage = sidecar.usage()
+    t.eq(sidecar.statusline(), status.format(usage))
+    t.eq(usage.state, 'ok')
+    sidecar.set_settings(SETTINGS)
+    t.wait_for('usage with the old window', function()
+      return sidecar.usage().contextWindow == 4000
+    end)
+    local complaints = vim.tbl_filter(function(n)
+      return n.message:find('settings', 1, true) ~= nil
+    end, notifications)
+    t.eq(complaints, {}, 'the server complained about settings')
+  end)
+
+  t.test(':ContextSessions lists sessions in a read-only buffer', function()
+    vim.cmd('ContextSessions')
+    t.wait_for('the sessions buffer', function()
+      return vim.fn.bufnr('context-sidecar://sessions') ~= -1
+    end)
+    local bufnr, lines = buffer_lines('context-sidecar://sessions')
+    local text = table.concat(lines, '\n')
+    t.match(text, '| ● | `status` |', text)
+    t.match(text, '`pinned`')
+    t.eq(vim.bo[bufnr].modifiable, false)
+    t.eq(vim.bo[bufnr].buftype, 'nofile')
+  end)
+
+  t.test(':ContextExpand shows a pruned tool output in full, read-only', function()
+    local output = string.rep('line of a long file listing\n', 120)
+    local messages = {}
+    for n = 1, 3 do
+      vim.list_extend(messages, tool_exchange(n, output))
+    end
+    ingest('docs', messages)
+    sidecar.set_session('docs')
+    local assembled = request('context/assemble', { sessionId = 'docs' })
+    local pruned
+    for _, item in ipairs(assembled.items) do
+      if item.pruned then
+        pruned = item
+        break
+      end
+    end
+    t.ok(pruned, 'nothing was pruned: ' .. vim.inspect(assembled.items))
+    vim.cmd('ContextExpand ' .. pruned.id)
+    local name = 'context-sidecar://expand/' .. pruned.id
+    t.wait_for('the expansion buffer', function()
+      return vim.fn.bufnr(name) ~= -1
+    end)
+    local bufnr, lines = buffer_lines(name)
+    local text = table.concat(lines, '\n')
+    t.ok(text:find(vim.trim(output), 1, true), text:sub(1, 300))
+    t.match(lines[1], '^# %S+ ' .. vim.pesc(pruned.id) .. '$')
+    t.eq(vim.bo[bufnr].modifiable, false)
+    t.eq(vim.bo[bufnr].readonly, true)
+  end)
+
+  t.test(':ContextCompact compacts with $/progress and updates the statusline', function()
+    if not serves_compact() then
+      t.skip('the server does not answer context/compact yet')
+    end
+    local before = ingest('work', conversation('w')).usage
+    sidecar.set_session('work')
+    local seen = {}
+    local update = status.update
+    status.update = function(usage)
+      if usage.sessionId == 'work' then
+        table.insert(seen, status.format(usage))
+      end
+      update(usage)
+    end
+    vim.cmd('ContextCompact the failing tests')
+    t.wait_for('the compaction', function()
+      return sidecar.compaction and sidecar.compaction.done
+    end, 30000)
+    status.update = update
+    local compaction = sidecar.compaction
+    t.ok(not compaction.err, vim.inspect(compaction.err))
+    local result = compaction.result
+    t.eq(result.compacted, true, vim.inspect(result))
+    t.eq(result.tokensBefore, before.tokens)
+    t.ok(result.tokensAfter < result.tokensBefore, vim.inspect(result))
+    t.ok(#compaction.progress >= 2, vim.inspect(compaction.progress))
+    t.eq(compaction.progress[1].kind, 'begin')
+    t.eq(compaction.progress[#compaction.progress].kind, 'end')
+    t.wait_for('usage after the compaction', function()
+      return sidecar.usage().tokens == result.tokensAfter
+    end)
+    t.ok(vim.tbl_contains(vim.tbl_map(function(s)
+      return s:match('compacting…$') ~= nil
+    end, seen), true), 'no compacting state among ' .. vim.inspect(seen))
+    t.eq(sidecar.statusline(), status.format(result.usage))
+  end)
+
+  t.test(':ContextCompactCancel cancels a running compaction and leaves the session as it was', function()
+    if not serves_compact() then
+      t.skip('the server does not answer context/compact yet')
+    end
+    local llm = hanging_llm.start()
+    local ok, err = pcall(function()
+      sidecar.stop()
+      sidecar.setup({
+        cmd = cmd,
+        cmd_env = { CTX_SIDECAR_TEST_KEY = 'sk-test' },
+        settings = vim.tbl_deep_extend('force', SETTINGS, {
+          llm = { baseUrl = string.format('http://127.0.0.1:%d/v1', llm.port), model = 'fake-model',
+                  apiKeyEnv = 'CTX_SIDECAR_TEST_KEY' },
+        }),
+      })
+      t.wait_for('the restarted server', function()
+        return status.running and sidecar.server_capabilities ~= nil
+      end)
+      t.eq(sidecar.server_capabilities.summarizer, 'openai')
+      local before = ingest('cancel', conversation('c')).usage
+      sidecar.set_session('cancel')
+      vim.cmd('ContextCompact')
+      t.wait_for('the summarizer request', llm.received, 15000)
+      vim.cmd('ContextCompactCancel')
+      t.wait_for('the cancelled reply', function()
+        return sidecar.compaction.done
+      end)
+      t.eq(sidecar.compaction.err and sidecar.compaction.err.code, -32800, vim.inspect(sidecar.compaction.err))
+      local after = request('context/usage', { sessionId = 'cancel' })
+      t.eq(after.tokens, before.tokens)
+      t.eq(after.summaries, 0)
+      t.ok(after.state ~= 'compacting', after.state)
+    end)
+    llm.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test('a crashed server is restarted, up to the limit', function()
+    require('context_sidecar.config').options.restart = { limit = 1, window_ms = 60000 }
+    local first = sidecar.client()
+    t.ok(first, 'not running')
+    vim.loop.kill(first.rpc.pid, 'sigkill')
+    t.wait_for('the restart', function()
+      local now = sidecar.client()
+      return now ~= nil and now.id ~= first.id and status.running
+    end)
+    t.wait_for('usage after the restart', function()
+      return sidecar.usage() ~= nil
+    end)
+    local second = sidecar.client()
+    vim.loop.kill(second.rpc.pid, 'sigkill')
+    t.wait_for('the exit', function()
+      return not status.running
+    end)
+    vim.wait(500)
+    t.eq(sidecar.client(), nil)
+    local gave_up = vim.tbl_filter(function(n)
+      return n.message:find('not restarting', 1, true) ~= nil
+    end, notifications)
+    t.eq(#gave_up, 1, vim.inspect(notifications))
+  end)
+
+  t.test(':ContextRestart starts it again and :ContextStop shuts it down cleanly', function()
+    vim.cmd('ContextRestart')
+    t.wait_for('the restarted server', function()
+      return status.running and sidecar.client() ~= nil
+    end)
+    vim.cmd('ContextStop')
+    t.wait_for('the exit', function()
+      return client.last_exit ~= nil and sidecar.client() == nil
+    end)
+    t.eq(client.last_exit.code, 0, 'exit code after shutdown and exit')
+    t.eq(sidecar.statusline(), status.format(sidecar.usage()))
+  end)
+end
+
+local ok, err = xpcall(main, debug.traceback)
+if not ok then
+  t.failed = t.failed + 1
+  t.out('not ok - the test runner failed')
+  t.out('  # ' .. tostring(err):gsub('\n', '\n  # '))
+end
+sidecar.stop()
+vim.fn.delete(db_dir, 'rf')
+t.finish()
