@@ -1,6 +1,6 @@
 """Benchmark context-sidecar end to end: a real server on a fresh DuckDB file, driven by sidecar.client.
 
-    python bench/run.py [--quick | --tiny] [--json PATH] [--profile PATH]
+    python bench/run.py [--quick | --tiny] [--json PATH] [--profile PATH] [--settings JSON]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ Message = dict[str, Any]
 BUDGET = 128_000
 NEEDLE = "ECONNRESET"
 GREP_PATTERN = "econnreset"  # lower case on purpose: the default search ignores case
-SETTINGS = {"compaction": {"auto": False, "maxTokens": -1}}
-"""Auto-compaction off, so every figure measures storage and assembly alone."""
+SETTINGS: dict[str, Any] = {"compaction": {"auto": False, "maxTokens": -1}}
+"""Auto-compaction off, so every figure measures storage and assembly alone; --settings adds to it."""
 
 
 @dataclass(frozen=True)
@@ -365,6 +365,7 @@ def report(bench: Bench, mode: str, seconds: float) -> dict[str, Any]:
         "sizes": asdict(bench.sizes),
         "avgMessageBytes": round(sum(len(json.dumps(m)) for m in sample) / len(sample)),
         "seconds": round(seconds, 1),
+        "settings": SETTINGS,
         "figures": {key: figure.value for key, figure in bench.figures.items()},
         "targets": {key: {"op": op, "limit": limit, "pass": bench.figures[key].verdict == "PASS"}
                     for key, (op, limit) in TARGETS.items() if key in bench.figures},
@@ -385,11 +386,20 @@ async def run(mode: str, json_path: str | None, profile: str | None) -> int:
             if bench.client is not None:
                 await bench.client.close(timeout=60)
     result = report(bench, mode, time.perf_counter() - started)
-    print(table(bench))
-    print(json.dumps(result, indent=2))
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+    print(table(bench))
+    print(json.dumps(result, indent=2))
     return 0
+
+
+def merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Merge nested settings into ``into``."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def main() -> int:
@@ -403,7 +413,10 @@ def main() -> int:
                       help="a few seconds; for the smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON object here")
     parser.add_argument("--profile", metavar="PATH", help="run the main server under cProfile, stats to PATH")
+    parser.add_argument("--settings", metavar="JSON", type=json.loads, default={},
+                        help='extra server settings, e.g. \'{"storage": {"memoryLimit": "128MB"}}\'')
     args = parser.parse_args()
+    merge(SETTINGS, args.settings)
     if args.profile:
         args.profile = os.path.abspath(args.profile)
     return asyncio.run(run(args.mode or "full", args.json, args.profile))
