@@ -125,7 +125,7 @@ class SidecarServer(LanguageServer):
 
     def show_message(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
         """window/showMessage."""
-        self.protocol.notify(lsp.WINDOW_SHOW_MESSAGE, {"type": int(kind), "message": message})
+        self.protocol.notify(lsp.WINDOW_SHOW_MESSAGE, lsp.ShowMessageParams(type=kind, message=message))
 
     def wrote(self) -> None:
         """Schedule a checkpoint for when writes pause."""

@@ -49,6 +49,10 @@ def setup(server: SidecarServer) -> None:
         if isinstance(data, dict) and methods.SETTINGS_SECTION in data:
             data = data[methods.SETTINGS_SECTION]
         if data is None:
+            workspace = ls.client_capabilities.workspace
+            if not (workspace and workspace.configuration):
+                log.warning("settings are null but the client cannot answer workspace/configuration; keeping them")
+                return
             pulled = await ls.protocol.send_request_async(
                 lsp.WORKSPACE_CONFIGURATION,
                 lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=methods.SETTINGS_SECTION)]),
