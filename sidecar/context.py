@@ -10,6 +10,7 @@ from protocol.types import AssembleParams, AssembleResult, ContextItem, Usage, U
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_pruning
 from sidecar.engine.messages import openai_view
+from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
 from sidecar.storage import ItemRow, SessionRow, SummaryRow
@@ -20,7 +21,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult
     session = sidecar.session(params.session_id)
     compaction = sidecar.settings.compaction
     window = sidecar.context_window(session)
-    budget = max(0, window - compaction.reserve_tokens) if params.budget is None else params.budget
+    budget = window - reserve_for(window, compaction) if params.budget is None else params.budget
     if budget < 0:
         raise invalid_params("budget must not be negative", "budget")
     fresh_tail = compaction.fresh_tail if params.fresh_tail is None else params.fresh_tail

@@ -24,9 +24,14 @@ class UsageFigures:
     hint: str | None
 
 
+def reserve_for(context_window: int, settings: CompactionSettings) -> int:
+    """Tokens kept free for the reply: reserveTokens, but at most half the window so small windows stay usable."""
+    return min(settings.reserve_tokens, context_window // 2)
+
+
 def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:
     """Tokens at which auto-compaction starts: the smallest of maxTokens (> 0), threshold share, window - reserve."""
-    candidates = [int(settings.threshold * context_window), context_window - settings.reserve_tokens]
+    candidates = [int(settings.threshold * context_window), context_window - reserve_for(context_window, settings)]
     if settings.max_tokens > 0:
         candidates.append(settings.max_tokens)
     return max(1, min(candidates))
