@@ -68,27 +68,38 @@ class FrameReader:
             return Frame(error=f"Content-Length {length} exceeds the limit of {MAX_BODY} bytes")
         body = bytes(self.buffer[start : start + length])
         if len(body) == length:
-            del self.buffer[: start + length]
-            return _decode(body)
-        # Declared longer than sent: a following header inside the body gives the real end.
-        following = _HEADER.search(body)
-        while following is not None:
-            decoded = _decode(body[: following.start()])
-            if decoded.error is None:
-                del self.buffer[: start + following.start()]
-                return decoded
-            following = _HEADER.search(body, following.start() + 1)
-        if stalled and body:
-            del self.buffer[: start + len(body)]
             decoded = _decode(body)
-            if decoded.error is None:
-                return decoded
-            return Frame(error=f"body shorter than its Content-Length ({len(body)} of {length} bytes)")
-        return None
+            if decoded.error is not None and (cut := _cut_at_header(body)) is not None:
+                # Declared longer than sent: the next message's header sits inside this body.
+                del self.buffer[: start + cut[0]]
+                return cut[1]
+            del self.buffer[: start + length]
+            return decoded
+        if not stalled:
+            return None
+        # Input stalled short of the declared length: judge what came.
+        cut = _cut_at_header(body)
+        if cut is not None:
+            del self.buffer[: start + cut[0]]
+            return cut[1]
+        del self.buffer[: start + len(body)]
+        decoded = _decode(body)
+        if decoded.error is None or not body:
+            return decoded if body else None
+        return Frame(error=f"body shorter than its Content-Length ({len(body)} of {length} bytes)")
 
     def _discard(self, count: int) -> None:
         self.discarded += count
         del self.buffer[:count]
+
+
+def _cut_at_header(body: bytes) -> tuple[int, Frame] | None:
+    """Where a header inside ``body`` ends a valid JSON prefix: (offset, frame), or None."""
+    for match in _HEADER.finditer(body):
+        decoded = _decode(body[: match.start()])
+        if decoded.error is None:
+            return match.start(), decoded
+    return None
 
 
 def _decode(body: bytes) -> Frame:
