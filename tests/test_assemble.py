@@ -1,0 +1,154 @@
+"""context/assemble: budget, fresh tail, newest-first fill, tool pairing; the engine property-tested directly."""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import methods
+from sidecar.engine.assembly import assemble
+from sidecar.synthetic import coding_session
+from tests.conftest import call, ingest
+from tests.helpers.openai_checks import assert_valid_openai_sequence
+
+
+@attrs.define(frozen=True)
+class FakeItem:
+    position: int
+    kind: str
+    role: str
+    tokens: int
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    tool_call_ids: tuple[str, ...] | None = None
+
+
+@st.composite
+def contexts(draw):
+    """Chronological context items: user/assistant turns, some with several tool calls and results."""
+    items: list[FakeItem] = []
+    position = 0
+    for turn in range(draw(st.integers(0, 12))):
+        position += draw(st.integers(1, 3))
+        items.append(FakeItem(position, draw(st.sampled_from(["message", "summary"])), "user",
+                              draw(st.integers(1, 300))))
+        calls = tuple(f"c{turn}_{i}" for i in range(draw(st.integers(0, 3))))
+        position += 1
+        items.append(FakeItem(position, "message", "assistant", draw(st.integers(1, 300)),
+                              tool_call_ids=calls or None))
+        answered = draw(st.lists(st.sampled_from(calls), unique=True)) if calls else []
+        for call_id in answered:
+            position += 1
+            items.append(FakeItem(position, "message", "tool", draw(st.integers(1, 500)), tool_call_id=call_id))
+    if draw(st.booleans()):
+        position += 1
+        items.append(FakeItem(position, "message", "tool", 50, tool_call_id="orphan"))
+    return items
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8))
+def test_assembly_rules_hold_for_any_context(items, budget, fresh_tail):
+    plan = assemble(items, budget, fresh_tail)
+    chosen = plan.chosen
+    positions = [item.position for item in chosen]
+    assert positions == sorted(positions)
+    assert plan.tokens == sum(item.tokens for item in chosen)
+    if not plan.over_budget:
+        assert plan.tokens <= budget
+    # A contiguous suffix of the context (orphans aside): nothing older than a dropped unit is kept.
+    kept = set(positions)
+    if chosen:
+        first = positions[0]
+        skipped = [i for i in items if i.position > first and i.position not in kept]
+        assert all(i.role == "tool" and i.tool_call_id not in _call_ids(chosen) for i in skipped)
+    # The fresh tail is always there.
+    messages = [i for i in items if i.kind == "message" and not _is_orphan(i, items)]
+    for item in messages[max(0, len(messages) - fresh_tail):] if fresh_tail else []:
+        assert item.position in kept
+    # Tool results travel with their call; calls left without results are trimmed.
+    calls = _call_ids(chosen)
+    for item in chosen:
+        if item.role == "tool":
+            assert item.tool_call_id in calls
+    for item in chosen:
+        if item.tool_call_ids:
+            answered = {i.tool_call_id for i in chosen if i.role == "tool"}
+            keep = plan.answered.get(item.position, frozenset(item.tool_call_ids))
+            assert keep == frozenset(c for c in item.tool_call_ids if c in answered)
+
+
+def _call_ids(items) -> set[str]:
+    return {c for i in items for c in (i.tool_call_ids or ())}
+
+
+def _is_orphan(item, items) -> bool:
+    return item.role == "tool" and not any(item.tool_call_id in (i.tool_call_ids or ()) and i.position < item.position
+                                           for i in items)
+
+
+async def test_assemble_respects_budget_and_returns_chronological_valid_messages(sidecar):
+    session = coding_session(300)
+    await ingest(sidecar, "s", session)
+    full = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "prune": False})
+    assert [i["id"] for i in full["items"]] == [m["id"] for m in session]
+    assert full["dropped"] == 0 and full["overBudget"] is False
+    for budget in (500, 2000, 9000):
+        result = await call(sidecar, methods.CONTEXT_ASSEMBLE,
+                            {"sessionId": "s", "budget": budget, "freshTail": 3, "prune": False})
+        assert result["tokens"] <= budget and result["overBudget"] is False
+        assert result["tokens"] == sum(i["tokens"] for i in result["items"])
+        assert result["dropped"] == len(session) - len(result["items"])
+        ids = [i["id"] for i in result["items"]]
+        assert ids == [m["id"] for m in session][-len(ids):]  # newest-first fill, chronological result
+        assert_valid_openai_sequence(result["messages"])
+        assert all(set(m) <= {"role", "content", "name", "tool_calls", "tool_call_id"} for m in result["messages"])
+
+
+async def test_fresh_tail_wins_over_the_budget(sidecar):
+    session = coding_session(60)
+    await ingest(sidecar, "s", session)
+    result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 10, "freshTail": 6})
+    assert result["overBudget"] is True
+    assert len(result["items"]) >= 6
+    assert result["tokens"] > 10
+    assert_valid_openai_sequence(result["messages"])
+
+
+async def test_tail_starting_at_a_tool_result_pulls_in_its_call(sidecar):
+    session = [
+        {"id": "u", "role": "user", "content": "go"},
+        {"id": "a", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+        {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"id": "t2", "role": "tool", "tool_call_id": "c2", "content": "two"},
+    ]
+    await ingest(sidecar, "s", session)
+    result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 0, "freshTail": 1})
+    assert [i["id"] for i in result["items"]] == ["a", "t1", "t2"]
+    assert_valid_openai_sequence(result["messages"])
+
+
+async def test_unanswered_tool_calls_are_trimmed_from_the_assembled_copy(sidecar):
+    await ingest(sidecar, "s", [
+        {"id": "u", "role": "user", "content": "go"},
+        {"id": "a", "role": "assistant", "content": "Reading both.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+        {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "one"},
+    ])
+    result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
+    assistant = result["messages"][1]
+    assert [c["id"] for c in assistant["tool_calls"]] == ["c1"]
+    assert_valid_openai_sequence(result["messages"])
+    stored = await call(sidecar, methods.MEMORY_EXPAND, {"sessionId": "s", "id": "a"})
+    assert len(stored["items"][0]["message"]["tool_calls"]) == 2  # the stored original is untouched
+
+
+async def test_default_budget_is_window_minus_reserve(sidecar):
+    await ingest(sidecar, "s", [{"role": "user", "content": "y" * 4000} for _ in range(15)], contextWindow=20000)
+    result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "freshTail": 0})
+    assert result["tokens"] <= 20000 - 8192
+    assert result["dropped"] > 0
