@@ -1,5 +1,5 @@
 /** What `activate()` returns, for agent extensions: `vscode.extensions.getExtension(...).exports`. */
-import type { Event } from 'vscode-jsonrpc';
+import type { CancellationToken, Event } from 'vscode-jsonrpc';
 import type { SidecarController } from './controller';
 import type { Usage } from './protocol';
 
@@ -12,6 +12,12 @@ export interface ContextSidecarApi {
   getUsage(): Usage | undefined;
   /** Fires when the selected session's usage or the selection changes. */
   onDidChangeUsage: Event<Usage | undefined>;
+  /**
+   * Send any protocol request through this extension's server, e.g. `memory/ingest` or
+   * `context/assemble`: the server holds a lock on its database, so agents share it rather
+   * than spawning a second one.
+   */
+  sendRequest<R>(method: string, params: unknown, token?: CancellationToken): Promise<R>;
 }
 
 export function createApi(sidecar: SidecarController): ContextSidecarApi {
@@ -20,5 +26,6 @@ export function createApi(sidecar: SidecarController): ContextSidecarApi {
     getSession: () => sidecar.selection.sessionId,
     getUsage: () => sidecar.selection.usage,
     onDidChangeUsage: sidecar.selection.onDidChange,
+    sendRequest: (method, params, token) => sidecar.requests().send(method, params, token),
   };
 }

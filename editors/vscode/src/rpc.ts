@@ -50,21 +50,28 @@ export interface CompactOptions {
 export class SidecarRequests {
   constructor(private readonly rpc: RpcConnection) {}
 
+  /** Any request, e.g. `memory/ingest` from an agent extension that shares this server. */
+  send<R>(method: string, params: unknown, token?: CancellationToken): Promise<R> {
+    // Both clients take trailing arguments as positional params: an explicit `undefined`
+    // token would turn `params` into `[params, null]`.
+    return token ? this.rpc.sendRequest<R>(method, params, token) : this.rpc.sendRequest<R>(method, params);
+  }
+
   usage(sessionId: string): Promise<Usage> {
-    return this.rpc.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId });
+    return this.send<Usage>(Methods.CONTEXT_USAGE, { sessionId });
   }
 
   async sessions(): Promise<SessionInfo[]> {
-    const result = await this.rpc.sendRequest<SessionsResult>(Methods.MEMORY_SESSIONS, {});
+    const result = await this.send<SessionsResult>(Methods.MEMORY_SESSIONS, {});
     return result.sessions;
   }
 
   ingest(sessionId: string, messages: Message[], session?: Record<string, unknown>): Promise<IngestResult> {
-    return this.rpc.sendRequest<IngestResult>(Methods.MEMORY_INGEST, { sessionId, messages, session });
+    return this.send<IngestResult>(Methods.MEMORY_INGEST, { sessionId, messages, session });
   }
 
   expand(sessionId: string, id: string, tokenCap?: number): Promise<ExpandResult> {
-    return this.rpc.sendRequest<ExpandResult>(Methods.MEMORY_EXPAND, { sessionId, id, tokenCap });
+    return this.send<ExpandResult>(Methods.MEMORY_EXPAND, { sessionId, id, tokenCap });
   }
 
   /** `context/compact` with its progress on a fresh workDoneToken; cancelling `token` sends `$/cancelRequest`. */
@@ -74,11 +81,7 @@ export class SidecarRequests {
       ? this.rpc.onProgress(workDoneProgressType, workDoneToken, options.onProgress)
       : undefined;
     try {
-      return await this.rpc.sendRequest<CompactResult>(
-        Methods.CONTEXT_COMPACT,
-        { ...params, workDoneToken },
-        options.token,
-      );
+      return await this.send<CompactResult>(Methods.CONTEXT_COMPACT, { ...params, workDoneToken }, options.token);
     } finally {
       listener?.dispose();
     }
