@@ -3,6 +3,20 @@ local config = require('context_sidecar.config')
 local protocol = require('context_sidecar.protocol')
 
 local M = {}
+local uv = vim.uv or vim.loop
+
+-- Neovim 0.11 made the client's functions methods (`client:request(...)`); before, they take no self.
+local methods_take_self = vim.fn.has('nvim-0.11') == 1
+
+---Call a function of an LSP client, whichever convention this Neovim uses.
+---@param c table the client
+---@param name string 'request', 'request_sync', 'notify', 'cancel_request', 'stop', 'is_stopped'
+function M.call(c, name, ...)
+  if methods_take_self then
+    return c[name](c, ...)
+  end
+  return c[name](...)
+end
 
 ---@type integer|nil
 M.client_id = nil
@@ -40,7 +54,7 @@ local function lsp_config(opts)
     name = protocol.SERVER_NAME,
     cmd = config.server_cmd(opts.cmd),
     cmd_env = opts.cmd_env,
-    root_dir = opts.root_dir or vim.loop.cwd(),
+    root_dir = opts.root_dir or uv.cwd(),
     init_options = config.json_object(opts.settings),
     -- Answers the server's workspace/configuration pull through the default handler.
     settings = { [protocol.SETTINGS_SECTION] = config.json_object(opts.settings) },
@@ -98,7 +112,7 @@ end
 ---@param signal integer
 function M.after_crash(code, signal)
   local opts = config.options
-  local now = vim.loop.now()
+  local now = uv.now()
   local recent = {}
   for _, t in ipairs(crashes) do
     if now - t <= opts.restart.window_ms then
@@ -129,12 +143,12 @@ function M.stop(timeout_ms)
   if not client then
     return
   end
-  client.stop()
+  M.call(client, 'stop')
   vim.wait(timeout_ms or 3000, function()
-    return client.is_stopped()
+    return M.call(client, 'is_stopped')
   end, 20)
-  if not client.is_stopped() then
-    client.stop(true)
+  if not M.call(client, 'is_stopped') then
+    M.call(client, 'stop', true)
   end
   M.client_id = nil
 end
@@ -153,7 +167,7 @@ function M.send_settings(settings)
   local client = M.get()
   if client then
     client.config.settings = { [protocol.SETTINGS_SECTION] = config.json_object(settings) }
-    client.notify('workspace/didChangeConfiguration', { settings = client.config.settings })
+    M.call(client, 'notify', 'workspace/didChangeConfiguration', { settings = client.config.settings })
   end
 end
 

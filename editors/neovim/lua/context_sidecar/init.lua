@@ -94,13 +94,13 @@ function M.refresh()
   if not c then
     return
   end
-  c.request(methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
+  client.call(c, 'request', methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
     if err or type(result) ~= 'table' then
       return
     end
     status.adopt_default(result.sessions or {})
     if status.selected then
-      c.request(methods.CONTEXT_USAGE, { sessionId = status.selected }, function(uerr, usage)
+      client.call(c, 'request', methods.CONTEXT_USAGE, { sessionId = status.selected }, function(uerr, usage)
         -- A pinned session is unknown to the server until its first ingest: -32001 is expected.
         if not uerr and type(usage) == 'table' then
           status.update(usage)
@@ -156,10 +156,23 @@ function M.restart()
   client.restart(config.options)
 end
 
----The running LSP client, for `client.request_sync(...)` and friends.
+---The running LSP client.
 ---@return table|nil
 function M.client()
   return client.get()
+end
+
+---A request to the sidecar, waiting for the answer (see `client.request_sync`).
+---@param method string
+---@param params table
+---@param timeout_ms integer|nil
+---@return table|nil response `{err, result}`, string|nil error
+function M.request_sync(method, params, timeout_ms)
+  local c = client.get()
+  if not c then
+    return nil, 'context-sidecar is not running'
+  end
+  return client.call(c, 'request_sync', method, params, timeout_ms or 10000)
 end
 
 ---Statusline component, e.g. `ctx 72% suggest: type /compact to free up context`.
@@ -217,7 +230,7 @@ function M.compact(opts)
     focus = focus ~= '' and focus or nil,
     workDoneToken = compaction.token,
   }
-  local ok, request_id = c.request(methods.CONTEXT_COMPACT, params, function(err, result)
+  local ok, request_id = client.call(c, 'request', methods.CONTEXT_COMPACT, params, function(err, result)
     compaction.done = true
     compaction.err = err
     compaction.result = result
@@ -254,7 +267,7 @@ function M.cancel()
     notify('no compaction is running')
     return false
   end
-  c.cancel_request(compaction.request_id)
+  client.call(c, 'cancel_request', compaction.request_id)
   return true
 end
 
@@ -264,7 +277,7 @@ function M.show_usage()
   if not c or not session then
     return
   end
-  c.request(methods.CONTEXT_USAGE, { sessionId = session }, function(err, usage)
+  client.call(c, 'request', methods.CONTEXT_USAGE, { sessionId = session }, function(err, usage)
     if err then
       notify(describe_error(err), vim.log.levels.ERROR)
       return
@@ -284,7 +297,7 @@ function M.show_sessions(on_done)
     notify('not running; run :ContextRestart', vim.log.levels.ERROR)
     return
   end
-  c.request(methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
+  client.call(c, 'request', methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
     if err then
       notify(describe_error(err), vim.log.levels.ERROR)
       return
@@ -304,7 +317,7 @@ function M.expand(id, on_done)
   if not c or not session then
     return
   end
-  c.request(methods.MEMORY_EXPAND, { sessionId = session, id = id }, function(err, result)
+  client.call(c, 'request', methods.MEMORY_EXPAND, { sessionId = session, id = id }, function(err, result)
     if err then
       notify(describe_error(err), vim.log.levels.ERROR)
       if on_done then
