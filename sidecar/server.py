@@ -244,7 +244,7 @@ class SidecarServer(LanguageServer):
         self.protocol.handle_message(structured)
 
     def _custom(self, method: str, msg_id: Any, is_request: bool, params: Any) -> None:
-        if is_request and method in NOTIFICATION_PARAMS or not is_request and method in REQUEST_PARAMS:
+        if (is_request and method in NOTIFICATION_PARAMS) or (not is_request and method in REQUEST_PARAMS):
             if is_request:
                 self.reply_error(msg_id, codes.INVALID_REQUEST, f"{method} is a notification, not a request")
             else:

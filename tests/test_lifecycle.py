@@ -88,7 +88,8 @@ def test_vscode_flags_are_accepted_and_logs_stay_off_stdout(tmp_path):
     init = _frame('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}')
     proc = subprocess.run(
         [*SERVER_COMMAND, "--stdio", "--clientProcessId=1", "--db", ":memory:", "-vv", "--log-file", str(log_file)],
-        input=init + _frame('{"jsonrpc":"2.0","id":2,"method":"shutdown"}') + _frame('{"jsonrpc":"2.0","method":"exit"}'),
+        input=init + _frame('{"jsonrpc":"2.0","id":2,"method":"shutdown"}')
+        + _frame('{"jsonrpc":"2.0","method":"exit"}'),
         capture_output=True, timeout=30)
     assert proc.returncode == 0
     assert proc.stdout.startswith(b"Content-Length: ")

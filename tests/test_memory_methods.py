@@ -14,7 +14,8 @@ from tests.conftest import call, ingest
 TOOL_TURN = [
     {"id": "u1", "role": "user", "content": "Fix the crash in src/app.py please"},
     {"id": "a1", "role": "assistant", "content": None,
-     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"path":"src/app.py"}'}}]},
+     "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "read", "arguments": '{"path":"src/app.py"}'}}]},
     {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "def main():\n    raise KeyError('Boom')\n"},
     {"id": "a2", "role": "assistant", "content": "The KeyError comes from main().", "metadata": {"model": "m1"}},
 ]

@@ -1,0 +1,78 @@
+"""``context-sidecar demo``: a generated coding session through the real server, shown as a user would want."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+from datetime import UTC, datetime
+from typing import Any
+
+from protocol.types import Usage
+from sidecar.client import SidecarClient
+from sidecar.synthetic import coding_session
+
+BUDGET = 6000
+
+
+def run_demo(db: str | None, messages: int) -> int:
+    """Run the demo; returns the exit code."""
+    return asyncio.run(_demo(db, messages))
+
+
+def _line(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _usage(usage: Usage) -> str:
+    hint = f" — {usage.hint}" if usage.hint else ""
+    return (f"{usage.tokens:,} tokens of {usage.context_window:,} ({usage.percent:.1f}%), "
+            f"state {usage.state}{hint}")
+
+
+def _preview(message: dict[str, Any], width: int = 96) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(part.get("text", f"[{part.get('type')}]") for part in content)
+    if not content and message.get("tool_calls"):
+        content = ", ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in message["tool_calls"])
+    text = " ".join(str(content or "").split())
+    return textwrap.shorten(f"{message['role']:>9}: {text}", width=width, placeholder=" …")
+
+
+async def _demo(db: str | None, count: int) -> int:
+    session_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    command = [sys.executable, "-m", "sidecar"]
+    settings: dict[str, Any] = {"contextWindow": 32000, "compaction": {"auto": False}}
+    async with await SidecarClient.spawn(command=command, db=db, settings=settings) as client:
+        caps = client.capabilities
+        _line(f"context-sidecar demo: a real sidecar over stdio (pid {client.process.pid if client.process else '?'})")
+        _line(f"  storage: {caps.get('storage')}   summarizer: {caps.get('summarizer')} (no network, no API key)")
+        _line()
+
+        session = coding_session(count)
+        result = await client.ingest(session_id, session, session={"title": "Demo: fix token expiry"})
+        _line(f"1. Stored {len(result.ids)} messages of a generated coding-agent session as {session_id!r}")
+        _line(f"   usage: {_usage(result.usage)}")
+        _line()
+
+        assembled = await client.assemble(session_id, budget=BUDGET, fresh_tail=8)
+        pruned = sum(1 for item in assembled.items if item.pruned)
+        _line(f"2. Assembled the next LLM call within a {BUDGET:,}-token budget: {len(assembled.messages)} messages, "
+              f"{assembled.tokens:,} tokens; {assembled.dropped} older items left out, {pruned} tool outputs pruned")
+        for message in assembled.messages[-4:]:
+            _line(f"   {_preview(message)}")
+        _line()
+
+        hits = await client.grep(session_id, "expired", limit=3)
+        _line(f"3. memory/grep 'expired': {len(hits.matches)} shown{' (more exist)' if hits.truncated else ''}")
+        for match in hits.matches:
+            _line(f"   {match.id}: {textwrap.shorten(match.snippet, 88, placeholder=' …')}")
+        _line()
+
+        listed = await client.sessions()
+        _line(f"4. Sessions in this database: {len(listed.sessions)} "
+              f"(the newest: {listed.sessions[0].session_id}, {listed.sessions[0].messages} messages)")
+    _line()
+    _line(f"Done. The session stays in {caps.get('storage')}; run `context-sidecar demo` again to add another.")
+    return 0

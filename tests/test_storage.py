@@ -1,0 +1,115 @@
+"""Storage on real DuckDB files: persistence across restarts, the lock, migrations, the default path."""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from protocol import errors, methods
+from sidecar.core import default_storage_path
+from sidecar.storage import Storage, StorageLocked
+from sidecar.storage.migrations import MIGRATIONS
+from sidecar.synthetic import coding_session
+from tests.conftest import call, ingest, running_sidecar, settings_for
+
+
+async def test_history_survives_a_restart(db_path):
+    session = coding_session(80)
+    async with running_sidecar(settings=settings_for(db_path)) as client:
+        await ingest(client, "s", session, title="persisted", contextWindow=64000)
+        before = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 5000})
+    async with running_sidecar(settings=settings_for(db_path)) as client:
+        after = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 5000})
+        assert after["messages"] == before["messages"]
+        assert after["items"] == before["items"]
+        listed = (await call(client, methods.MEMORY_SESSIONS, {}))["sessions"]
+        assert listed[0]["title"] == "persisted" and listed[0]["contextWindow"] == 64000
+        again = await ingest(client, "s", [*session[-5:], {"id": "new", "role": "user", "content": "more"}])
+        assert again["duplicates"] == 5
+        assert again["usage"]["messages"] == len(session) + 1
+
+
+async def test_a_second_sidecar_on_the_same_file_gets_32020_with_the_pid(db_path):
+    async with running_sidecar(settings=settings_for(db_path)) as first:
+        await ingest(first, "s", [{"role": "user", "content": "mine"}])
+        holder_pid = first._server.pid
+        async with running_sidecar(settings=settings_for(db_path)) as second:
+            assert any("locked" in m.message for m in second.messages)
+            with pytest.raises(JsonRpcException) as caught:
+                await call(second, methods.MEMORY_SESSIONS, {})
+            assert caught.value.code == errors.STORAGE_LOCKED
+            assert str(db_path) in caught.value.message
+            assert caught.value.data["pid"] == holder_pid
+        assert (await call(first, methods.MEMORY_SESSIONS, {}))["sessions"][0]["messages"] == 1
+
+
+async def test_the_lock_is_retried_once_the_holder_is_gone(db_path):
+    async with running_sidecar(settings=settings_for(db_path)) as first:
+        await ingest(first, "s", [{"role": "user", "content": "mine"}])
+        async with running_sidecar(settings=settings_for(db_path)) as second:
+            with pytest.raises(JsonRpcException):
+                await call(second, methods.MEMORY_SESSIONS, {})
+            await first.shutdown_session()
+            await first._server.wait()
+            sessions = (await call(second, methods.MEMORY_SESSIONS, {}))["sessions"]
+            assert [s["sessionId"] for s in sessions] == ["s"]
+
+
+def test_migrations_are_recorded_once(tmp_path):
+    path = str(tmp_path / "m.duckdb")
+    store = Storage.open(path)
+    assert store.migrations() == [name for name, _ in MIGRATIONS]
+    store.close()
+    store = Storage.open(path)
+    assert store.migrations() == [name for name, _ in MIGRATIONS]
+    store.close()
+    db = duckdb.connect(path)
+    assert db.execute("SELECT count(*) FROM schema_migrations").fetchall()[0][0] == len(MIGRATIONS)
+    tables = {row[0] for row in db.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"sessions", "messages", "summaries", "context_items", "summary_sources"} <= tables
+    db.close()
+
+
+def test_storage_locked_names_file_and_pid(tmp_path):
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "locked.duckdb")
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb,time; db = duckdb.connect({path!r}); "
+                               "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StorageLocked) as caught:
+            Storage.open(path)
+        assert caught.value.pid == holder.pid
+        assert path in str(caught.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_default_path_is_per_user_and_per_workspace(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_storage_path(None) == str(tmp_path / "context-sidecar" / "memory.duckdb")
+    one = default_storage_path("/home/me/projects/app")
+    two = default_storage_path("/home/me/other/app")
+    assert one != two
+    assert os.path.dirname(one) == str(tmp_path / "context-sidecar" / "workspaces")
+    assert os.path.basename(one).startswith("app-")
+
+
+async def test_workspace_root_picks_a_per_workspace_file(tmp_path):
+    from lsprotocol import types as lsp
+
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    async with running_sidecar(initialize=False, env=env) as client:
+        result = await client.initialize_session(lsp.InitializeParams(
+            capabilities=lsp.ClientCapabilities(), root_uri=(tmp_path / "proj").as_uri()))
+        storage = result.capabilities.experimental["contextSidecar"]["storage"]
+        assert storage.startswith(str(tmp_path / "data" / "context-sidecar" / "workspaces" / "proj-"))
+        await ingest(client, "s", [{"role": "user", "content": "hi"}])
+        await client.shutdown_session()
+    assert os.path.exists(storage)
