@@ -44,7 +44,7 @@ echo "node $(node --version), npm $(npm --version 2>/dev/null)"
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     npm ci --no-audit --no-fund --loglevel=error
   fi
-  npm run --silent build
+  # `npm test` builds first (its pretest is `npm run build`: tsc, then the esbuild bundle).
   timeout 600 npm test --silent
 ) || failed+=("vscode")
 
