@@ -23,13 +23,13 @@ export class ReadonlyDocuments implements vscode.TextDocumentContentProvider, vs
     }
   }
 
-  /** Opens (or refreshes) the document at `path`, whose text `render` produces. */
+  /** Opens (or refreshes) the document at `path` (ending in `.md`), whose text `render` produces. */
   async open(path: string, render: Render): Promise<void> {
     const uri = vscode.Uri.from({ scheme: SCHEME, path });
     this.renderers.set(uri.toString(), render);
     this.changed.fire(uri);
+    // Paths end in `.md`, so VS Code shows them as Markdown.
     const document = await vscode.workspace.openTextDocument(uri);
-    await vscode.languages.setTextDocumentLanguage(document, 'markdown');
     await vscode.window.showTextDocument(document, { preview: true });
   }
 
