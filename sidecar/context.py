@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import html
-import json
+import logging
 from typing import Any
 
-from protocol.types import AssembleParams, AssembleResult, ContextItem, Usage, UsageParams
+from protocol.types import AssembleParams, AssembleResult, ContextItem, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_pruning
 from sidecar.engine.messages import openai_view
+from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
 from sidecar.storage import ItemRow, SessionRow, SummaryRow
+
+log = logging.getLogger(__name__)
 
 
 def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult:
@@ -30,6 +32,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
     plan = choose_items(sidecar, session, budget, fresh_tail, prune)
     messages, items = render(sidecar, session, plan)
+    sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     return AssembleResult(
         messages=messages,
         items=items,
@@ -71,7 +74,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
     items: list[ContextItem] = []
     for item in chosen:
         if item.kind == "summary":
-            messages.append({"role": "user", "content": render_summary(summaries[item.ref_id])})
+            messages.append({"role": "user", "content": render_stored_summary(summaries[item.ref_id])})
             items.append(ContextItem(kind="summary", id=item.ref_id, tokens=item.tokens))
             continue
         message = openai_view(raws[item.position])
@@ -98,21 +101,44 @@ def plan_tokens(item: ItemRow, plan: Assembly) -> int:
     return PLACEHOLDER_TOKENS if item.position in plan.pruned else item.tokens
 
 
-def render_summary(summary: SummaryRow) -> str:
-    """A summary as the content of a user message; the text is escaped so it cannot close or forge the tag."""
-    attributes = {
-        "id": summary.id,
-        "kind": summary.kind,
-        "depth": str(summary.depth),
-        "earliest_at": iso(summary.earliest_at) or "",
-        "latest_at": iso(summary.latest_at) or "",
-    }
-    tag = " ".join(f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
-    return (
-        f"<summary {tag}>\n{html.escape(summary.content, quote=False)}\n</summary>\n"
-        f"This summarizes earlier messages. To recover their full detail, call memory/expand with "
-        f"id {json.dumps(summary.id)}."
-    )
+def render_stored_summary(summary: SummaryRow) -> str:
+    """A stored summary as the content of its user message."""
+    return render_summary(summary.id, summary.kind, summary.depth, iso(summary.earliest_at), iso(summary.latest_at),
+                          summary.content)
+
+
+CALIBRATION_SMOOTHING = 0.5
+CALIBRATION_BOUNDS = (0.25, 4.0)
+MIN_CALIBRATION_BASIS = 256
+"""Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
+
+
+def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
+    """Record what the provider counted; returns the new usage, or None when the report was ignored."""
+    counts = {"inputTokens": params.input_tokens, "outputTokens": params.output_tokens,
+              "cacheReadTokens": params.cache_read_tokens or 0, "cacheWriteTokens": params.cache_write_tokens or 0}
+    negative = [name for name, value in counts.items() if value < 0]
+    if negative:
+        log.warning("context/reportUsage for %r ignored: negative %s", params.session_id, ", ".join(negative))
+        return None
+    store = sidecar.store()
+    session = store.session(params.session_id)
+    if session is None:
+        log.warning("context/reportUsage for unknown session %r ignored", params.session_id)
+        return None
+    prompt = params.input_tokens + counts["cacheReadTokens"] + counts["cacheWriteTokens"]
+    revision, basis = sidecar.assembled.get(session.session_id, (None, 0.0))
+    if revision != session.revision:
+        basis = sidecar.estimated_tokens(session) / session.calibration
+    calibration = session.calibration
+    if basis >= MIN_CALIBRATION_BASIS and prompt > 0:
+        sample = prompt / basis
+        calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
+        calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
+    # Providers judge overflow on input + cache reads + output; that is the figure reported back.
+    reported = params.input_tokens + counts["cacheReadTokens"] + params.output_tokens
+    store.record_reported_usage(session.session_id, reported, calibration)
+    return sidecar.usage(sidecar.session(session.session_id))
 
 
 def usage(sidecar: Sidecar, params: UsageParams) -> Usage:

@@ -61,6 +61,8 @@ class Sidecar:
     notify: Callable[[str, Any], None] = lambda method, params: None
     _storage: Storage | None = None
     compacting: set[str] = attrs.field(factory=set)
+    assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
+    """Per session: (revision, uncalibrated tokens) of the last assembled context, the basis of calibration."""
     auto_failed: dict[str, float] = attrs.field(factory=dict)
     """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
 

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import os
 import threading
-from typing import Any, BinaryIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from lsprotocol import types as lsp
 from pygls.io_ import StdoutWriter
@@ -21,6 +22,9 @@ from sidecar.core import Sidecar, summarizer_name
 from sidecar.errors import SidecarError
 from sidecar.transport import FrameReader
 from sidecar.wire import ParamsError, structure, unstructure
+
+if TYPE_CHECKING:
+    from sidecar.compaction.runner import CompactionRunner
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,9 @@ class SidecarServer(LanguageServer):
         self.initialized = False
         self.shutdown_requested = False
         self.touched_sessions: set[str] = set()
+        self.background_tasks: set[asyncio.Task[Any]] = set()
+        self.change_listeners: list[Callable[[str, types.Usage], None]] = []
+        self.compactions: CompactionRunner | None = None
         self._exit_code: int | None = None
         self._checkpoint: asyncio.TimerHandle | None = None
         logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietExpectedErrors())
@@ -122,6 +129,13 @@ class SidecarServer(LanguageServer):
         """Send context/didChangeUsage, unless the client turned it off."""
         if self.sidecar.usage_notifications:
             self.protocol.notify(methods.CONTEXT_DID_CHANGE_USAGE, unstructure(usage))
+
+    def session_changed(self, session_id: str, usage: types.Usage) -> None:
+        """A session's figures changed: tell the client, and let listeners (auto-compaction) look."""
+        self.touched_sessions.add(session_id)
+        self.push_usage(usage)
+        for listener in self.change_listeners:
+            listener(session_id, usage)
 
     def show_message(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
         """window/showMessage."""

@@ -99,6 +99,9 @@ class LlmSettings:
     temperature: float = 0.2
     """Sampling temperature of summarizer calls."""
 
+    max_calls_per_minute: int = 60
+    """Most summarizer calls automatic compaction may make per minute; manual compaction is not limited."""
+
 
 @attrs.define(frozen=True)
 class ModelInfo:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -38,9 +39,12 @@ def setup(server: SidecarServer) -> None:
         ls.initialized = True
 
     @server.feature(lsp.SHUTDOWN)
-    def shutdown(ls: SidecarServer, *args: Any) -> None:
-        for task in list(getattr(ls, "background_tasks", ())):
+    async def shutdown(ls: SidecarServer, *args: Any) -> None:
+        for task in list(ls.background_tasks):
             task.cancel()
+        await asyncio.gather(*ls.background_tasks, return_exceptions=True)
+        if ls.compactions is not None:
+            await ls.compactions.close()
         ls.sidecar.close()
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol import errors as codes
 from protocol import methods
 from protocol.types import (
     DeleteSessionParams,
@@ -14,6 +15,7 @@ from protocol.types import (
     SessionsParams,
 )
 from sidecar import memory
+from sidecar.errors import SidecarError
 from sidecar.server import SidecarServer
 from sidecar.wire import unstructure
 
@@ -24,12 +26,8 @@ def setup(server: SidecarServer) -> None:
     @server.feature(methods.MEMORY_INGEST)
     async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
         result = memory.ingest(ls.sidecar, params)
-        ls.touched_sessions.add(params.session_id)
         ls.wrote()
-        ls.push_usage(result.usage)
-        after_change = getattr(ls, "after_ingest", None)
-        if after_change is not None:
-            after_change(params.session_id, result.usage)
+        ls.session_changed(params.session_id, result.usage)
         return unstructure(result)
 
     @server.feature(methods.MEMORY_EXPAND)
@@ -51,9 +49,6 @@ def setup(server: SidecarServer) -> None:
     @server.feature(methods.MEMORY_DELETE_SESSION)
     async def delete_session(ls: SidecarServer, params: DeleteSessionParams) -> Any:
         if params.session_id in ls.sidecar.compacting:
-            from protocol import errors as codes
-            from sidecar.errors import SidecarError
-
             raise SidecarError(codes.COMPACTION_RUNNING, "a compaction of this session is running; retry after it")
         result = memory.delete_session(ls.sidecar, params)
         ls.touched_sessions.discard(params.session_id)

@@ -7,113 +7,38 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import attrs
 import duckdb
 
 from sidecar.engine.messages import MessageRow
+from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
+from sidecar.storage.rows import (
+    ItemRow,
+    SearchHit,
+    SessionRow,
+    StorageFailure,
+    StorageLocked,
+    StoredMessage,
+    SummaryRow,
+    utcnow,
+)
+
+__all__ = ["ItemRow", "SearchHit", "SessionRow", "Storage", "StorageFailure", "StorageLocked", "StoredMessage",
+           "SummaryRow", "utcnow"]
 
 MEMORY = ":memory:"
 _LOCK_PID = re.compile(r"PID (\d+)")
 
 
-class StorageLocked(Exception):
-    """Another process holds the database file's lock."""
-
-    def __init__(self, path: str, pid: int | None) -> None:
-        holder = f"process {pid}" if pid else "another process"
-        super().__init__(f"storage {path} is locked by {holder} (another context-sidecar?)")
-        self.path = path
-        self.pid = pid
-
-
-class StorageFailure(Exception):
-    """DuckDB failed; the transaction was rolled back."""
-
-
-@attrs.define(frozen=True)
-class SessionRow:
-    session_id: str
-    title: str | None
-    model: str | None
-    context_window: int | None
-    metadata: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
-    message_count: int
-    summary_count: int
-    context_tokens: int
-    context_count: int
-    first_position: int | None
-    last_position: int | None
-    revision: int
-    calibration: float
-    reported_tokens: int | None
-    reported_revision: int | None
-
-
-@attrs.define(frozen=True)
-class ItemRow:
-    """One context item: a message or a summary at a position of the session's context."""
-
-    position: int
-    kind: str
-    ref_id: str
-    role: str
-    tokens: int
-    tool_name: str | None
-    tool_call_id: str | None
-    tool_call_ids: tuple[str, ...] | None
-
-
-@attrs.define(frozen=True)
-class StoredMessage:
-    id: str
-    seq: int
-    role: str
-    raw: str
-    tokens: int
-    created_at: datetime
-    message_at: datetime
-
-
-@attrs.define(frozen=True)
-class SummaryRow:
-    id: str
-    kind: str
-    depth: int
-    content: str
-    tokens: int
-    source_tokens: int
-    message_count: int
-    earliest_at: datetime | None
-    latest_at: datetime | None
-    summarizer: str
-    created_at: datetime
-
-
-@attrs.define(frozen=True)
-class SearchHit:
-    kind: str
-    id: str
-    text: str
-    position: int
-
-
 _SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow))
 _ITEM_COLUMNS = "position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids"
-_SUMMARY_COLUMNS = ", ".join(f.name for f in attrs.fields(SummaryRow))
 
 
-def utcnow() -> datetime:
-    """Now, as naive UTC (how every timestamp is stored)."""
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-class Storage:
+class Storage(LineageQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str) -> None:
@@ -371,6 +296,17 @@ class Storage:
         ).fetchall()[0]
         return int(row[0]), int(row[1])
 
+    def messages_by_seq(self, session_id: str, seqs: Sequence[int]) -> list[StoredMessage]:
+        """Stored messages at the given positions, in order."""
+        if not seqs:
+            return []
+        rows = self._db.execute(
+            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
+            "WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?::BIGINT[])) ORDER BY seq",
+            [session_id, min(seqs), max(seqs), list(seqs)],
+        ).fetchall()
+        return [StoredMessage(*row) for row in rows]
+
     def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
         """Verbatim JSON of messages by seq."""
         if not seqs:
@@ -380,25 +316,6 @@ class Storage:
             [session_id, min(seqs), max(seqs), list(seqs)],
         ).fetchall()
         return dict(rows)
-
-    def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
-        """Summaries by id."""
-        if not ids:
-            return {}
-        rows = self._db.execute(
-            f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE session_id = ? AND id IN (SELECT unnest(?))",
-            [session_id, list(ids)],
-        ).fetchall()
-        return {row[0]: SummaryRow(*row) for row in rows}
-
-    def in_context(self, session_id: str, kind: str, ref_id: str, position: int | None = None) -> bool:
-        """Whether the message or summary is an item of the current context."""
-        sql = "SELECT count(*) FROM context_items WHERE session_id = ? AND kind = ? AND ref_id = ?"
-        params: list[Any] = [session_id, kind, ref_id]
-        if position is not None:
-            sql += " AND position = ?"
-            params.append(position)
-        return bool(self._scalar(sql, params))
 
     # Lookups
 
@@ -420,39 +337,6 @@ class Storage:
             [session_id, list(ids)],
         ).fetchall()
         return {row[0]: StoredMessage(*row) for row in rows}
-
-    def summary(self, session_id: str, summary_id: str) -> SummaryRow | None:
-        """A summary by id."""
-        return self.summaries(session_id, [summary_id]).get(summary_id)
-
-    def sources(self, session_id: str, summary_id: str) -> list[tuple[str, str]]:
-        """What a summary replaced, in order, as (kind, id)."""
-        return [tuple(row) for row in self._db.execute(
-            "SELECT source_kind, source_id FROM summary_sources WHERE session_id = ? AND summary_id = ? ORDER BY ord",
-            [session_id, summary_id],
-        ).fetchall()]
-
-    def parents(self, session_id: str, kind: str, ref_id: str) -> list[str]:
-        """Summaries that list this message or summary among their sources."""
-        return [row[0] for row in self._db.execute(
-            "SELECT summary_id FROM summary_sources WHERE session_id = ? AND source_kind = ? AND source_id = ? "
-            "ORDER BY summary_id",
-            [session_id, kind, ref_id],
-        ).fetchall()]
-
-    def covering_summary(self, session_id: str, message_id: str) -> str | None:
-        """The summary of the current context that stands for a compacted message, if any."""
-        frontier = self.parents(session_id, "message", message_id)
-        seen: set[str] = set()
-        while frontier:
-            summary_id = frontier.pop(0)
-            if summary_id in seen:
-                continue
-            seen.add(summary_id)
-            if self.in_context(session_id, "summary", summary_id):
-                return summary_id
-            frontier.extend(self.parents(session_id, "summary", summary_id))
-        return None
 
     # Search
 

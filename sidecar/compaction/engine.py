@@ -1,0 +1,350 @@
+"""One compaction of one session: plan passes, summarize, and apply everything in one transaction.
+
+All summaries are computed first against an in-memory copy of the context;
+the store is written once, at the end. Cancellation or a summarizer failure
+before that leaves the session exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
+from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
+from sidecar.core import Sidecar
+from sidecar.engine.messages import message_text
+from sidecar.engine.summaries import summary_message_tokens
+from sidecar.engine.usage import compaction_threshold
+from sidecar.memory import iso
+from sidecar.storage import SessionRow, StoredMessage, SummaryRow, utcnow
+from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
+from sidecar.summarizers.deterministic import DeterministicSummarizer
+from sidecar.summarizers.escalation import summarize_with_escalation
+
+MAX_SOURCE_CHARS = 16_000
+"""One source's text as given to the summarizer; the rest stays in the store, one expand away."""
+SPLIT_TURN_HEADING = "## Turn Context (split turn)"
+
+Progress = Callable[[int, int], None]
+
+
+@attrs.define
+class Outcome:
+    """What a compaction did."""
+
+    compacted: bool
+    mode: str
+    tokens_before: int
+    tokens_after: int
+    rounds: int = 0
+    summary_ids: list[str] = attrs.field(factory=list)
+    reason: str | None = None
+    summary: str | None = None
+    calls: int = 0
+    db_seconds: float = 0.0
+    message_count: int = 0
+
+
+@attrs.define
+class _Stats:
+    earliest: datetime | None
+    latest: datetime | None
+    messages: int
+
+
+class Compaction:
+    """Compacts one session once, in one of the modes of PROTOCOL.md."""
+
+    def __init__(self, sidecar: Sidecar, session_id: str, mode: str, focus: str | None,
+                 summarizer: Summarizer, progress: Progress | None = None) -> None:
+        self.sidecar = sidecar
+        self.session_id = session_id
+        self.mode = mode
+        self.focus = focus or None
+        self.summarizer = summarizer
+        self.fallback = DeterministicSummarizer()
+        self.progress = progress or (lambda done, planned: None)
+        self.settings = sidecar.settings.compaction
+        self.nodes: list[Node] = []
+        self.stored_positions: set[int] = set()
+        self.messages: dict[str, StoredMessage] = {}
+        self.contents: dict[str, str] = {}
+        self.stats: dict[str, _Stats] = {}
+        self.new_summaries: list[SummaryRow] = []
+        self.sources: list[tuple[str, int, str, str]] = []
+        self.calls = 0
+        self.db_seconds = 0.0
+        self.done = 0
+        self.planned = 0
+
+    def _db(self, work: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return work()
+        finally:
+            self.db_seconds += time.perf_counter() - started
+
+    def load(self) -> SessionRow:
+        """Read the session's current context."""
+        store = self.sidecar.store()
+        session = self._db(lambda: self.sidecar.session(self.session_id))
+        rows = self._db(lambda: store.nodes(self.session_id))
+        self.nodes = [Node(position=r[0], kind=r[1], ref_id=r[2], role=r[3], tokens=r[4], depth=r[5],
+                           summary_kind=r[6], tool_name=r[7], tool_call_id=r[8],
+                           tool_call_ids=tuple(r[9]) if r[9] else None) for r in rows]
+        self.stored_positions = {node.position for node in self.nodes}
+        return session
+
+    def message_count(self) -> int:
+        """Messages and summaries in the current context, as willCompact reports them."""
+        return len(self.nodes)
+
+    async def run(self, supplied_summary: str | None = None) -> Outcome:
+        """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff."""
+        session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
+        before = self._db(lambda: self.sidecar.estimated_tokens(session))
+        raw_before = self._virtual_tokens()
+        if supplied_summary is not None or self.mode == "handoff":
+            rounds = 1 if await self._handoff(supplied_summary) else 0
+        else:
+            rounds = await self._dag_rounds(session)
+        if not self.new_summaries:
+            return self._outcome(False, before, before, 0, "nothing to compact: no run of old messages or "
+                                 "summaries is long enough outside the fresh tail")
+        if self._virtual_tokens() >= raw_before:
+            return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
+                                 "context smaller")
+        self._apply()
+        after = self._db(lambda: self.sidecar.estimated_tokens(self.sidecar.session(self.session_id)))
+        handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
+        return self._outcome(True, before, after, rounds, None, handoff)
+
+    def _outcome(self, compacted: bool, before: int, after: int, rounds: int, reason: str | None,
+                 summary: str | None = None) -> Outcome:
+        top = {node.ref_id for node in self.nodes if node.kind == "summary"}
+        return Outcome(compacted=compacted, mode=self.mode, tokens_before=before, tokens_after=after, rounds=rounds,
+                       summary_ids=[s.id for s in self.new_summaries if s.id in top] if compacted else [],
+                       reason=reason, summary=summary, calls=self.calls, db_seconds=self.db_seconds,
+                       message_count=len(self.nodes))
+
+    def _virtual_tokens(self) -> int:
+        return sum(node.tokens for node in self.nodes)
+
+    # Leaf and condensed passes
+
+    async def _dag_rounds(self, session: SessionRow) -> int:
+        threshold = compaction_threshold(self.sidecar.context_window(session), self.settings)
+        rounds = 0
+        max_rounds = self.settings.max_rounds if self.mode == "full" else 1
+        while rounds < max_rounds:
+            before = self._virtual_tokens()
+            changed = await self._leaf_pass()
+            changed = await self._condensed_pass() or changed
+            rounds += 1
+            if not changed or self._virtual_tokens() >= before:
+                break
+            if self.mode != "full" or self._virtual_tokens() * session.calibration < threshold:
+                break
+        return rounds
+
+    async def _leaf_pass(self) -> bool:
+        tail = protected_tail_start(self.nodes, self.settings.fresh_tail)
+        chunks = leaf_chunks(self.nodes, tail, max(1, self.settings.leaf_chunk_size))
+        if not chunks:
+            return False
+        self._load_messages([i for chunk in chunks for i in chunk])
+        requests = []
+        for chunk in chunks:
+            previous = self._summary_before(chunk[0])
+            source_tokens = sum(self.nodes[i].tokens for i in chunk)
+            requests.append(SummaryRequest(kind="leaf", sources=self._render(chunk),
+                                           target_tokens=max(64, source_tokens // 3),
+                                           previous_summary=previous, focus=self.focus))
+        texts = await self._summarize_all(requests)
+        self._replace(chunks, [("leaf", text, 0) for text in texts])
+        return True
+
+    async def _condensed_pass(self) -> bool:
+        tail = protected_tail_start(self.nodes, self.settings.fresh_tail)
+        groups = condensed_groups(self.nodes, tail, max(2, self.settings.condensed_min_fanout))
+        if not groups:
+            return False
+        requests = []
+        for group in groups:
+            source_tokens = sum(self.nodes[i].tokens for i in group)
+            requests.append(SummaryRequest(kind="condensed", sources=self._render(group),
+                                           target_tokens=max(64, source_tokens // 2),
+                                           previous_summary=self._summary_before(group[0]), focus=self.focus))
+        texts = await self._summarize_all(requests)
+        self._replace(groups, [("condensed", text, self.nodes[group[0]].depth + 1)
+                               for group, text in zip(groups, texts, strict=True)])
+        return True
+
+    def _summary_before(self, index: int) -> str | None:
+        """The content of the summary just before ``index`` that existed before this pass, for continuity."""
+        for node in reversed(self.nodes[:index]):
+            if node.kind == "summary":
+                return strip_footer(self._content(node.ref_id))
+            if node.kind == "message":
+                return None
+        return None
+
+    # Handoff
+
+    async def _handoff(self, supplied: str | None) -> bool:
+        turn_start, tail_start = handoff_span(self.nodes, self.settings.fresh_tail, self.settings.keep_recent_tokens)
+        replaced = list(range(tail_start))
+        if not replaced or (len(replaced) == 1 and self.nodes[0].summary_kind == "handoff" and supplied is None):
+            return False
+        self._load_messages(replaced)
+        previous_index = next((i for i in range(turn_start - 1, -1, -1) if self.nodes[i].summary_kind == "handoff"),
+                              None)
+        previous = self._content(self.nodes[previous_index].ref_id) if previous_index is not None else None
+        history = [i for i in range(turn_start) if i != previous_index]
+        prefix = list(range(turn_start, tail_start)) if 0 < turn_start < tail_start else []
+        if not prefix:
+            history = [i for i in replaced if i != previous_index]
+        if supplied is not None:
+            text = supplied.strip()
+        else:
+            text = await self._handoff_text(history, prefix, previous)
+        read, modified = self._files(replaced, previous)
+        content = f"{text}\n\n{render_footer(read, modified)}".rstrip()
+        depth = max((self.nodes[i].depth + 1 for i in replaced if self.nodes[i].kind == "summary"), default=0)
+        self._replace([replaced], [("handoff", content, depth)])
+        return True
+
+    async def _handoff_text(self, history: list[int], prefix: list[int], previous: str | None) -> str:
+        source_tokens = sum(self.nodes[i].tokens for i in history + prefix)
+        target = min(max(source_tokens // 4, 600), 6000)
+        requests = []
+        if history or previous is None:
+            requests.append(SummaryRequest(kind="handoff", sources=self._render(history), target_tokens=target,
+                                           previous_summary=strip_footer(previous) if previous else None,
+                                           focus=self.focus))
+        if prefix:
+            prefix_tokens = sum(self.nodes[i].tokens for i in prefix)
+            requests.append(SummaryRequest(kind="leaf", sources=self._render(prefix),
+                                           target_tokens=max(64, min(prefix_tokens // 3, 2000)), focus=self.focus))
+        texts = await self._summarize_all(requests)
+        main = texts[0] if history or previous is None else strip_footer(previous or "")
+        return f"{main}\n\n{SPLIT_TURN_HEADING}\n{texts[-1]}" if prefix else main
+
+    def _files(self, indexes: Sequence[int], previous: str | None) -> tuple[list[str], list[str]]:
+        read, modified = footer_files(previous)
+        messages = [json.loads(self.messages[self.nodes[i].ref_id].raw) for i in indexes
+                    if self.nodes[i].kind == "message"]
+        new_read, new_modified = files_touched(messages)
+        return read + new_read, modified + new_modified
+
+    # Shared machinery
+
+    async def _summarize_all(self, requests: list[SummaryRequest]) -> list[str]:
+        """Summaries for every request, concurrently (the summarizer bounds concurrency); all or none."""
+        self.planned += len(requests)
+        self.progress(self.done, self.planned)
+
+        async def one(request: SummaryRequest) -> str:
+            outcome = await summarize_with_escalation(self.summarizer, self.fallback, request)
+            self.calls += outcome.calls
+            self.done += 1
+            self.progress(self.done, self.planned)
+            return outcome.text
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(request)) for request in requests]
+        return [task.result() for task in tasks]
+
+    def _load_messages(self, indexes: Sequence[int]) -> None:
+        wanted = [self.nodes[i].position for i in indexes
+                  if self.nodes[i].kind == "message" and self.nodes[i].ref_id not in self.messages]
+        store = self.sidecar.store()
+        found = self._db(lambda: store.messages_by_seq(self.session_id, wanted))
+        self.messages.update({message.id: message for message in found})
+
+    def _content(self, summary_id: str) -> str:
+        if summary_id not in self.contents:
+            store = self.sidecar.store()
+            row = self._db(lambda: store.summary(self.session_id, summary_id))
+            self.contents[summary_id] = row.content
+            self.stats[summary_id] = _Stats(row.earliest_at, row.latest_at, row.message_count)
+        return self.contents[summary_id]
+
+    def _render(self, indexes: Sequence[int]) -> tuple[SourceText, ...]:
+        sources = []
+        for index in indexes:
+            node = self.nodes[index]
+            if node.kind == "summary":
+                text = self._content(node.ref_id)
+                stats = self.stats[node.ref_id]
+                label = f"summary ({node.summary_kind}, depth {node.depth})"
+                sources.append(SourceText(label=label, text=text, at=iso(stats.latest)))
+                continue
+            stored = self.messages[node.ref_id]
+            message = json.loads(stored.raw)
+            text = message_text(message)
+            if len(text) > MAX_SOURCE_CHARS:
+                text = f"{text[:MAX_SOURCE_CHARS]}\n[… {len(text) - MAX_SOURCE_CHARS} more characters]"
+            label = message["role"]
+            if message["role"] == "tool":
+                label = f"tool result ({node.tool_name or 'tool'})"
+            elif message.get("tool_calls"):
+                label = "assistant (tool calls)"
+            sources.append(SourceText(label=label, text=text, at=iso(stored.message_at)))
+        return tuple(sources)
+
+    def _stats_of(self, node: Node) -> _Stats:
+        if node.kind == "summary":
+            self._content(node.ref_id)
+            return self.stats[node.ref_id]
+        stored = self.messages[node.ref_id]
+        return _Stats(stored.message_at, stored.message_at, 1)
+
+    def _replace(self, groups: list[list[int]], made: list[tuple[str, str, int]]) -> None:
+        """Swap each group of nodes for a new summary node, recording lineage."""
+        first_of = {group[0]: (group, spec) for group, spec in zip(groups, made, strict=True)}
+        dropped = {i for group in groups for i in group}
+        nodes: list[Node] = []
+        for index, node in enumerate(self.nodes):
+            if index in first_of:
+                group, (kind, content, depth) = first_of[index]
+                nodes.append(self._new_summary(group, kind, content, depth))
+            elif index not in dropped:
+                nodes.append(node)
+        self.nodes = nodes
+
+    def _new_summary(self, group: list[int], kind: str, content: str, depth: int) -> Node:
+        members = [self.nodes[i] for i in group]
+        stats = [self._stats_of(node) for node in members]
+        summary_id = f"sum_{uuid.uuid4().hex[:24]}"
+        earliest = min((s.earliest for s in stats if s.earliest), default=None)
+        latest = max((s.latest for s in stats if s.latest), default=None)
+        tokens = summary_message_tokens(summary_id, kind, depth, iso(earliest), iso(latest), content)
+        row = SummaryRow(id=summary_id, kind=kind, depth=depth, content=content, tokens=tokens,
+                         source_tokens=sum(node.tokens for node in members),
+                         message_count=sum(s.messages for s in stats), earliest_at=earliest, latest_at=latest,
+                         summarizer=self.summarizer.name, created_at=utcnow())
+        self.new_summaries.append(row)
+        self.contents[summary_id] = content
+        self.stats[summary_id] = _Stats(earliest, latest, row.message_count)
+        self.sources += [(summary_id, order, node.kind, node.ref_id) for order, node in enumerate(members)]
+        return Node(position=members[0].position, kind="summary", ref_id=summary_id, role="user", tokens=tokens,
+                    depth=depth, summary_kind=kind)
+
+    def _apply(self) -> None:
+        new_ids = {s.id for s in self.new_summaries}
+        # New summaries sit at the position of the first item they replace, so every stored position
+        # not held by a surviving stored item was replaced.
+        kept = {node.position for node in self.nodes if node.ref_id not in new_ids}
+        removed = sorted(self.stored_positions - kept)
+        added = [(node.position, node.ref_id, node.tokens) for node in self.nodes if node.ref_id in new_ids]
+        store = self.sidecar.store()
+        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, removed, added))

@@ -1,0 +1,96 @@
+"""Rows and errors of the storage layer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+
+class StorageLocked(Exception):
+    """Another process holds the database file's lock."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(f"storage {path} is locked by {holder} (another context-sidecar?)")
+        self.path = path
+        self.pid = pid
+
+
+class StorageFailure(Exception):
+    """DuckDB failed; the transaction was rolled back."""
+
+
+@attrs.define(frozen=True)
+class SessionRow:
+    session_id: str
+    title: str | None
+    model: str | None
+    context_window: int | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+    summary_count: int
+    context_tokens: int
+    context_count: int
+    first_position: int | None
+    last_position: int | None
+    revision: int
+    calibration: float
+    reported_tokens: int | None
+    reported_revision: int | None
+
+
+@attrs.define(frozen=True)
+class ItemRow:
+    """One context item: a message or a summary at a position of the session's context."""
+
+    position: int
+    kind: str
+    ref_id: str
+    role: str
+    tokens: int
+    tool_name: str | None
+    tool_call_id: str | None
+    tool_call_ids: tuple[str, ...] | None
+
+
+@attrs.define(frozen=True)
+class StoredMessage:
+    id: str
+    seq: int
+    role: str
+    raw: str
+    tokens: int
+    created_at: datetime
+    message_at: datetime
+
+
+@attrs.define(frozen=True)
+class SummaryRow:
+    id: str
+    kind: str
+    depth: int
+    content: str
+    tokens: int
+    source_tokens: int
+    message_count: int
+    earliest_at: datetime | None
+    latest_at: datetime | None
+    summarizer: str
+    created_at: datetime
+
+
+@attrs.define(frozen=True)
+class SearchHit:
+    kind: str
+    id: str
+    text: str
+    position: int
+
+
+def utcnow() -> datetime:
+    """Now, as naive UTC (how every timestamp is stored)."""
+    return datetime.now(UTC).replace(tzinfo=None)
