@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator
@@ -116,6 +117,13 @@ async def running_sidecar(
         if initialize and client._server is not None and client._server.returncode is None:
             await client.shutdown_session()
     finally:
+        server = client._server
+        if server is not None and server.returncode is None and server.stdin is not None:
+            server.stdin.close()  # a failed test skips shutdown: end of input makes the server exit
+            try:
+                await asyncio.wait_for(server.wait(), 10)
+            except TimeoutError:
+                server.kill()
         await client.stop()
 
 

@@ -259,8 +259,11 @@ class Compaction:
             self.progress(self.done, self.planned)
             return outcome.text
 
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(request)) for request in requests]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(request)) for request in requests]
+        except ExceptionGroup as failures:
+            raise failures.exceptions[0] from None  # the rest were cancelled because of it
         return [task.result() for task in tasks]
 
     def _load_messages(self, indexes: Sequence[int]) -> None:
