@@ -70,8 +70,27 @@ async def _demo(db: str | None, count: int) -> int:
             _line(f"   {match.id}: {textwrap.shorten(match.snippet, 88, placeholder=' …')}")
         _line()
 
+        compacted = await client.compact(session_id, mode="incremental")
+        after = await client.assemble(session_id, budget=BUDGET, fresh_tail=8)
+        _line(f"4. context/compact (incremental, {caps.get('summarizer')} summarizer): "
+              f"{compacted.tokens_before:,} -> {compacted.tokens_after:,} tokens in {compacted.rounds} round; "
+              f"{len(compacted.summary_ids)} summary now stands for the old history")
+        _line(f"   the same {BUDGET:,}-token budget now holds {len(after.messages)} messages, "
+              f"{after.dropped} older items left out (before: {assembled.dropped})")
+        for message in after.messages[:1]:
+            _line(f"   {_preview(message, width=140)}")
+        top = compacted.summary_ids[0]
+        described = await client.describe(session_id, top)
+        expanded = await client.expand(session_id, top)
+        _line(f"   memory/expand {top}: a {described.kind} summary of depth {described.depth} over "
+              f"{described.message_count} messages, with {len(described.children)} direct sources; the first "
+              f"{len(expanded.items)} within the default 4,000-token cap:")
+        for item in expanded.items[:3]:
+            _line(f"     {item.kind} {item.id}: {item.tokens:,} tokens")
+        _line()
+
         listed = await client.sessions()
-        _line(f"4. Sessions in this database: {len(listed.sessions)} "
+        _line(f"5. Sessions in this database: {len(listed.sessions)} "
               f"(the newest: {listed.sessions[0].session_id}, {listed.sessions[0].messages} messages)")
     _line()
     _line(f"Done. The session stays in {caps.get('storage')}; run `context-sidecar demo` again to add another.")

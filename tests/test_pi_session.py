@@ -18,7 +18,7 @@ def pi_messages():
 
 
 async def test_pi_session_is_stored_losslessly_and_assembles_validly(db_path, pi_messages):
-    async with running_sidecar(settings=settings_for(db_path)) as client:
+    async with running_sidecar(settings=settings_for(db_path, compaction={"auto": False})) as client:
         result = await ingest(client, "pi", pi_messages, model="claude-sonnet-4-5")
         assert result["ids"] == [m["id"] for m in pi_messages]
         assert result["usage"]["contextWindow"] == 200_000

@@ -1,0 +1,158 @@
+"""Automatic compaction, compaction hooks, and lossless recovery of the real pi session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from protocol import methods
+from sidecar.importers import parse_transcript
+from sidecar.synthetic import coding_session
+from sidecar.testing import FakeOpenAIServer, Reply
+from tests.conftest import PI_SESSION, call, ingest, running_sidecar, settings_for
+
+
+def auto_settings(db_path, server=None, **compaction):
+    llm = {"baseUrl": server.base_url, "model": "fake-model", "timeoutSeconds": 5} if server else {}
+    return settings_for(db_path, compaction={"auto": True, "maxTokens": 3000, "keepRecentTokens": 0, **compaction},
+                        llm=llm)
+
+
+async def wait_until(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.05)
+
+
+async def test_crossing_max_tokens_compacts_in_the_background_without_delaying_ingest(db_path):
+    with FakeOpenAIServer() as llm:
+        llm.responder = lambda request: Reply(text="Summary of earlier work.", delay=1.5)
+        async with running_sidecar(settings=auto_settings(db_path, llm)) as client:
+            await ingest(client, "s", coding_session(20))
+            assert client.compact_events == []
+            started = time.monotonic()
+            result = await ingest(client, "s", coding_session(120)[20:])
+            assert time.monotonic() - started < 1.0, "the ingest reply does not wait for the compaction"
+            assert result["usage"]["tokens"] > 3000
+            await wait_until(lambda: client.compact_events)
+            event = client.compact_events[0]
+            assert event["trigger"] == "auto" and event["mode"] == "incremental"
+            assert event["tokensAfter"] < event["tokensBefore"]
+            states = [u["state"] for u in client.usage_events]
+            assert "compacting" in states
+            assert states.index("compacting") < len(states) - 1  # and a figure after it ends
+            usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
+            assert usage["summaries"] >= 1 and usage["state"] != "compacting"
+
+
+async def test_a_failing_endpoint_is_not_called_in_a_loop(db_path):
+    with FakeOpenAIServer() as llm:
+        llm.responder = lambda request: Reply(status=500)
+        async with running_sidecar(settings=auto_settings(db_path, llm)) as client:
+            await ingest(client, "s", coding_session(120))
+            await wait_until(lambda: any(u["state"] == "compacting" for u in client.usage_events))
+            await wait_until(lambda: client.usage_events[-1]["state"] == "compact")
+            calls_after_failure = len(llm.chat_requests)
+            assert calls_after_failure > 0
+            for extra in range(5):
+                await ingest(client, "s", [{"role": "user", "content": f"more work {extra} " * 50}])
+            await asyncio.sleep(0.5)
+            assert len(llm.chat_requests) == calls_after_failure, "back-off: no new calls right after a failure"
+            assert client.compact_events == []
+            everything = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 10**7})
+            assert len(everything["items"]) == 125  # history kept in full
+
+
+async def test_auto_compaction_is_off_with_max_tokens_minus_one(db_path):
+    async with running_sidecar(settings=auto_settings(db_path, maxTokens=-1)) as client:
+        result = await ingest(client, "s", coding_session(200), contextWindow=8000)
+        assert result["usage"]["state"] == "overflow"
+        await asyncio.sleep(0.5)
+        assert client.compact_events == []
+        manual = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
+        assert manual["compacted"] is True
+
+
+async def test_hook_can_cancel_a_compaction(db_path):
+    async with running_sidecar(settings=auto_settings(db_path, auto=False),
+                               capabilities={"compactionHooks": True}) as client:
+        asked = []
+
+        @client.feature(methods.CONTEXT_WILL_COMPACT)
+        def will_compact(params):
+            asked.append(params)
+            return {"action": "cancel"}
+
+        await ingest(client, "s", coding_session(120))
+        result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": "full", "focus": "tests"})
+        assert result["compacted"] is False and result["reason"] == "cancelled by client"
+        request = asked[0].params if hasattr(asked[0], "params") else asked[0]
+        assert request["sessionId"] == "s" and request["mode"] == "full" and request["trigger"] == "manual"
+        assert request["focus"] == "tests" and request["messageCount"] == 120 and request["tokensBefore"] > 0
+        assert client.compact_events == []
+        assert (await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"}))["summaries"] == 0
+
+
+async def test_hook_summary_is_used_without_calling_the_model(db_path):
+    with FakeOpenAIServer() as llm:
+        async with running_sidecar(settings=auto_settings(db_path, llm, auto=False),
+                                   capabilities={"compactionHooks": True}) as client:
+
+            @client.feature(methods.CONTEXT_WILL_COMPACT)
+            def will_compact(params):
+                return {"action": "proceed", "summary": "The client's own summary: tokens now expire after 1 h."}
+
+            await ingest(client, "s", coding_session(120))
+            result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
+            assert result["compacted"] is True
+            assert llm.chat_requests == []
+            assert result["summary"].startswith("The client's own summary")
+            first = (await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"}))["messages"][0]["content"]
+            assert 'kind="handoff"' in first and "expire after 1 h" in first
+
+
+async def test_a_silent_hook_counts_as_proceed(db_path):
+    async with running_sidecar(settings=auto_settings(db_path, auto=False),
+                               capabilities={"compactionHooks": True}) as client:
+        never = asyncio.get_running_loop().create_future()
+
+        @client.feature(methods.CONTEXT_WILL_COMPACT)
+        async def will_compact(params):
+            await never
+
+        await ingest(client, "s", coding_session(120))
+        started = time.monotonic()
+        result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
+        assert result["compacted"] is True
+        assert 9 <= time.monotonic() - started < 30  # PROTOCOL.md: no answer within 10 s counts as proceed
+        never.cancel()
+
+
+@pytest.mark.skipif(not PI_SESSION.exists(), reason="shared/data is not beside the project")
+async def test_every_message_of_the_pi_session_is_recoverable_after_full_compaction(db_path):
+    messages = parse_transcript(PI_SESSION, "pi").messages
+    originals = {m["id"]: m for m in messages}
+    settings = settings_for(db_path, compaction={"auto": False, "maxTokens": 2000, "freshTail": 10})
+    async with running_sidecar(settings=settings) as client:
+        await ingest(client, "pi", messages, model="claude-sonnet-4-5")
+        result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "pi", "mode": "full"})
+        assert result["compacted"] and result["tokensAfter"] < result["tokensBefore"] / 5
+        items = (await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "pi", "budget": 10**7}))["items"]
+        recovered: dict[str, dict] = {}
+        pending = [(i["kind"], i["id"]) for i in items]
+        while pending:
+            kind, item_id = pending.pop()
+            expanded = await call(client, methods.MEMORY_EXPAND, {"sessionId": "pi", "id": item_id,
+                                                                  "tokenCap": 10**9})
+            assert expanded["truncated"] is False
+            for child in expanded["items"]:
+                if child["kind"] == "message":
+                    recovered[child["id"]] = child["message"]
+                else:
+                    pending.append(("summary", child["id"]))
+        assert recovered.keys() == originals.keys()
+        assert all(recovered[key] == originals[key] for key in originals)
