@@ -212,6 +212,7 @@ local function main()
     sidecar.set_session('work')
     local seen = {}
     local update = status.update
+    -- Every usage that reaches the statusline, whether pushed or replied.
     status.update = function(usage)
       if usage.sessionId == 'work' then
         table.insert(seen, status.format(usage))
@@ -232,9 +233,10 @@ local function main()
     t.ok(#compaction.progress >= 2, vim.inspect(compaction.progress))
     t.eq(compaction.progress[1].kind, 'begin')
     t.eq(compaction.progress[#compaction.progress].kind, 'end')
-    t.wait_for('usage after the compaction', function()
+    local ok_usage = vim.wait(10000, function()
       return sidecar.usage().tokens == result.tokensAfter
-    end)
+    end, 20)
+    t.ok(ok_usage, 'usage after the compaction: ' .. vim.inspect({ usage = sidecar.usage(), result = result, seen = seen }))
     t.ok(vim.tbl_contains(vim.tbl_map(function(s)
       return s:match('compacting…$') ~= nil
     end, seen), true), 'no compacting state among ' .. vim.inspect(seen))

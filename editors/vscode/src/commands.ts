@@ -88,8 +88,9 @@ async function compact(sidecar: SidecarController, focusArg?: string): Promise<C
 
 async function showUsage(sidecar: SidecarController): Promise<void> {
   const sessionId = selectedSession(sidecar);
+  const version = sidecar.selection.version(sessionId);
   const usage = await sidecar.requests().usage(sessionId);
-  sidecar.selection.update(usage);
+  sidecar.selection.updateFromReply(usage, version);
   const choice = await vscode.window.showInformationMessage(
     statusTooltip(usage, sessionId).split('\n').join(' · '),
     'Compact…',

@@ -16,7 +16,7 @@ export class SidecarController implements vscode.Disposable {
 
   constructor(private readonly output: vscode.OutputChannel) {
     this.client = new SidecarClient(output, {
-      onUsage: (usage: Usage) => this.selection.update(usage),
+      onUsage: (usage: Usage) => this.selection.notified(usage),
       onDidCompact: (params: DidCompactParams) => this.didCompact(params),
       onRunning: () => void this.refresh(),
     });
@@ -44,7 +44,8 @@ export class SidecarController implements vscode.Disposable {
       this.selection.adoptDefault(await requests.sessions());
       const sessionId = this.selection.sessionId;
       if (sessionId !== undefined) {
-        this.selection.update(await requests.usage(sessionId));
+        const version = this.selection.version(sessionId);
+        this.selection.updateFromReply(await requests.usage(sessionId), version);
       }
     } catch (error) {
       // A pinned session that has no messages yet is unknown to the server until its first ingest.

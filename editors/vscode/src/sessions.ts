@@ -25,6 +25,7 @@ export class SessionSelection {
   private selected: string | undefined;
   private pinnedId = false;
   private readonly usages = new Map<string, Usage>();
+  private readonly notifications = new Map<string, number>();
   private readonly changed = new Emitter<Usage | undefined>();
 
   /** Fires with the selected session's usage whenever it or the selection changes. */
@@ -59,7 +60,28 @@ export class SessionSelection {
     }
   }
 
-  /** Record a usage (from a notification or a reply). */
+  /** Notifications received for a session so far; see `updateFromReply`. */
+  version(sessionId: string): number {
+    return this.notifications.get(sessionId) ?? 0;
+  }
+
+  /** Record a usage pushed with `context/didChangeUsage`. */
+  notified(usage: Usage): void {
+    this.notifications.set(usage.sessionId, this.version(usage.sessionId) + 1);
+    this.update(usage);
+  }
+
+  /**
+   * Record a usage from a `context/usage` reply, unless a notification came while the request
+   * was on its way: the reply can describe an older state (e.g. `compacting` after the end).
+   */
+  updateFromReply(usage: Usage, versionAtRequest: number): void {
+    if (this.version(usage.sessionId) === versionAtRequest) {
+      this.update(usage);
+    }
+  }
+
+  /** Record a usage. */
   update(usage: Usage): void {
     this.usages.set(usage.sessionId, usage);
     if (!this.pinnedId && usage.sessionId !== this.selected) {

@@ -38,6 +38,20 @@ describe('session selection', () => {
   });
 });
 
+describe('usage replies and notifications', () => {
+  it('drops a reply that a notification overtook', () => {
+    const selection = new SessionSelection();
+    const usage = (state: Usage['state'], tokens: number) => ({ sessionId: 's', state, tokens }) as Usage;
+    selection.notified(usage('ok', 100));
+    const version = selection.version('s');
+    selection.notified(usage('ok', 50));
+    selection.updateFromReply(usage('compacting', 100), version);
+    assert.equal(selection.usage?.tokens, 50);
+    selection.updateFromReply(usage('ok', 60), selection.version('s'));
+    assert.equal(selection.usage?.tokens, 60);
+  });
+});
+
 describe('sessions from the real sidecar', () => {
   let sidecar: Sidecar;
   before(async () => {

@@ -62,7 +62,7 @@ describe('status from the real sidecar', () => {
     const selection = new SessionSelection();
     const texts: string[] = [];
     selection.onDidChange((u) => texts.push(statusText(u)));
-    sidecar.on(Methods.CONTEXT_DID_CHANGE_USAGE, (u: Usage) => selection.update(u));
+    sidecar.on(Methods.CONTEXT_DID_CHANGE_USAGE, (u: Usage) => selection.notified(u));
 
     const steps: Array<[number, Usage['state'], RegExp]> = [
       [1000, 'ok', /^ctx 2\d%$/],

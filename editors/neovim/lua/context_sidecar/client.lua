@@ -25,7 +25,9 @@ M.client_id = nil
 M.last_exit = nil
 ---@type integer[] times (ms) of unexpected exits within the restart window
 local crashes = {}
-local stopping = false
+---Ids of clients stopped on purpose, whose exit is no crash.
+---@type table<integer, true>
+local stopped = {}
 
 ---@class ContextSidecarCallbacks
 ---@field handlers table<string, function>
@@ -65,15 +67,21 @@ local function lsp_config(opts)
     end,
     on_exit = function(code, signal, client_id)
       M.last_exit = { code = code, signal = signal }
-      if client_id == M.client_id then
+      local intended = stopped[client_id] ~= nil
+      stopped[client_id] = nil
+      local current = client_id == M.client_id
+      if current then
         M.client_id = nil
       end
-      vim.schedule(function()
-        callbacks.on_exit(code, signal)
-        if not stopping then
-          M.after_crash(code, signal)
-        end
-      end)
+      -- The exit of a client stopped earlier can arrive after its successor started.
+      if current then
+        vim.schedule(function()
+          callbacks.on_exit(code, signal)
+          if not intended then
+            M.after_crash(code, signal)
+          end
+        end)
+      end
     end,
   }
 end
@@ -87,7 +95,6 @@ function M.start(opts, cbs)
   if M.get() then
     return M.client_id
   end
-  stopping = false
   local cfg = lsp_config(opts)
   local ok, id
   if vim.lsp.start then
@@ -139,10 +146,10 @@ end
 ---@param timeout_ms integer|nil
 function M.stop(timeout_ms)
   local client = M.get()
-  stopping = true
   if not client then
     return
   end
+  stopped[client.id] = true
   M.call(client, 'stop')
   vim.wait(timeout_ms or 3000, function()
     return M.call(client, 'is_stopped')

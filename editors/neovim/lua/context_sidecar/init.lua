@@ -9,6 +9,7 @@ local protocol = require('context_sidecar.protocol')
 local status = require('context_sidecar.status')
 
 local methods = protocol.methods
+local uv = vim.uv or vim.loop
 local M = {}
 
 ---@class ContextSidecarCompaction
@@ -19,6 +20,7 @@ local M = {}
 ---@field done boolean
 ---@field err table|nil
 ---@field result ContextSidecarCompactResult|nil
+---@field on_done fun(err: table|nil, result: ContextSidecarCompactResult|nil)|nil
 
 ---The running or last compaction.
 ---@type ContextSidecarCompaction|nil
@@ -74,7 +76,7 @@ end
 local handlers = {
   [methods.CONTEXT_DID_CHANGE_USAGE] = function(_, usage)
     if type(usage) == 'table' and usage.sessionId then
-      status.update(usage)
+      status.notified(usage)
     end
   end,
   [methods.CONTEXT_DID_COMPACT] = function(_, params)
@@ -99,11 +101,13 @@ function M.refresh()
       return
     end
     status.adopt_default(result.sessions or {})
-    if status.selected then
-      client.call(c, 'request', methods.CONTEXT_USAGE, { sessionId = status.selected }, function(uerr, usage)
+    local session = status.selected
+    if session then
+      local version = status.version(session)
+      client.call(c, 'request', methods.CONTEXT_USAGE, { sessionId = session }, function(uerr, usage)
         -- A pinned session is unknown to the server until its first ingest: -32001 is expected.
         if not uerr and type(usage) == 'table' then
-          status.update(usage)
+          status.update_from_reply(usage, version)
         end
       end)
     end
@@ -201,6 +205,33 @@ function M.set_settings(settings)
   client.send_settings(config.options.settings)
 end
 
+---Record the end of a compaction, once, and tell the user.
+---@param compaction ContextSidecarCompaction
+---@param err table|nil
+---@param result ContextSidecarCompactResult|nil
+local function finish(compaction, err, result)
+  if compaction.done then
+    return
+  end
+  compaction.done = true
+  compaction.err = err
+  compaction.result = result
+  if err then
+    if err.code == protocol.errors.REQUEST_CANCELLED then
+      notify('compaction cancelled; the session is unchanged')
+    else
+      notify('compaction failed: ' .. describe_error(err), vim.log.levels.ERROR)
+    end
+  elseif result.compacted then
+    notify(string.format('compacted %s: %d → %d tokens', compaction.session, result.tokensBefore, result.tokensAfter))
+  else
+    notify('nothing compacted: ' .. tostring(result.reason or 'nothing to compact'))
+  end
+  if compaction.on_done then
+    compaction.on_done(err, result)
+  end
+end
+
 ---`context/compact` on the selected session, with `$/progress` on a fresh workDoneToken.
 ---@param opts {focus: string|nil, mode: string|nil, on_done: fun(err: table|nil, result: ContextSidecarCompactResult|nil)|nil}|nil
 ---@return ContextSidecarCompaction|nil
@@ -221,6 +252,7 @@ function M.compact(opts)
     session = session,
     progress = {},
     done = false,
+    on_done = opts.on_done,
   }
   M.compaction = compaction
   local focus = opts.focus and vim.trim(opts.focus) or ''
@@ -231,23 +263,7 @@ function M.compact(opts)
     workDoneToken = compaction.token,
   }
   local ok, request_id = client.call(c, 'request', methods.CONTEXT_COMPACT, params, function(err, result)
-    compaction.done = true
-    compaction.err = err
-    compaction.result = result
-    if err then
-      if err.code == protocol.errors.REQUEST_CANCELLED then
-        notify('compaction cancelled; the session is unchanged')
-      else
-        notify('compaction failed: ' .. describe_error(err), vim.log.levels.ERROR)
-      end
-    elseif result.compacted then
-      notify(string.format('compacted %s: %d → %d tokens', session, result.tokensBefore, result.tokensAfter))
-    else
-      notify('nothing compacted: ' .. tostring(result.reason or 'nothing to compact'))
-    end
-    if opts.on_done then
-      opts.on_done(err, result)
-    end
+    finish(compaction, err, result)
   end)
   if not ok then
     compaction.done = true
@@ -259,8 +275,11 @@ function M.compact(opts)
 end
 
 ---Cancel the running compaction (`$/cancelRequest`); the server answers -32800.
+---Neovim's RPC layer drops a -32800 reply before it reaches the request's handler, so the
+---end is seen as the request leaving `client.requests` with no result handled.
+---@param timeout_ms integer|nil how long to wait for the server's answer (default 30 s)
 ---@return boolean sent
-function M.cancel()
+function M.cancel(timeout_ms)
   local c = client.get()
   local compaction = M.compaction
   if not c or not compaction or compaction.done or not compaction.request_id then
@@ -268,6 +287,26 @@ function M.cancel()
     return false
   end
   client.call(c, 'cancel_request', compaction.request_id)
+  local deadline = uv.now() + (timeout_ms or 30000)
+  local timer = uv.new_timer()
+  timer:start(20, 20, vim.schedule_wrap(function()
+    if timer:is_closing() then
+      return
+    end
+    local answered = type(c.requests) ~= 'table' or c.requests[compaction.request_id] == nil
+    if not compaction.done and not answered and uv.now() < deadline then
+      return
+    end
+    timer:stop()
+    timer:close()
+    -- A result that raced the cancellation is already queued: let its handler run first.
+    vim.schedule(function()
+      finish(compaction, {
+        code = protocol.errors.REQUEST_CANCELLED,
+        message = answered and 'cancelled' or 'cancelled; the server did not confirm in time',
+      }, nil)
+    end)
+  end))
   return true
 end
 
@@ -277,12 +316,13 @@ function M.show_usage()
   if not c or not session then
     return
   end
+  local version = status.version(session)
   client.call(c, 'request', methods.CONTEXT_USAGE, { sessionId = session }, function(err, usage)
     if err then
       notify(describe_error(err), vim.log.levels.ERROR)
       return
     end
-    status.update(usage)
+    status.update_from_reply(usage, version)
     notify(string.format('%s · session %s · %d of %d tokens (%s) · threshold %d · %d messages, %d summaries',
       status.format(usage), session, usage.tokens, usage.contextWindow, usage.source, usage.threshold,
       usage.messages, usage.summaries))

@@ -3,6 +3,10 @@ local M = {}
 
 ---@type table<string, ContextSidecarUsage>
 M.usages = {}
+---Notifications received per session: a reply to `context/usage` is only taken if none came
+---while it was on its way, since the reply may describe an older state.
+---@type table<string, integer>
+M.versions = {}
 ---@type string|nil
 M.selected = nil
 M.pinned = false
@@ -31,8 +35,31 @@ end
 
 function M.reset()
   M.usages = {}
+  M.versions = {}
   M.selected = nil
   M.pinned = false
+end
+
+---@param session_id string
+---@return integer
+function M.version(session_id)
+  return M.versions[session_id] or 0
+end
+
+---Record a usage pushed with `context/didChangeUsage`.
+---@param usage ContextSidecarUsage
+function M.notified(usage)
+  M.versions[usage.sessionId] = M.version(usage.sessionId) + 1
+  M.update(usage)
+end
+
+---Record a usage from a `context/usage` reply, unless a notification overtook it.
+---@param usage ContextSidecarUsage
+---@param version integer `version(sessionId)` when the request was sent
+function M.update_from_reply(usage, version)
+  if M.version(usage.sessionId) == version then
+    M.update(usage)
+  end
 end
 
 ---Record a usage; unpinned, the selection follows the session that changed last.
