@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { ContextSidecarApi } from '../src/api';
 import { CompactResult, Methods, Usage } from '../src/protocol';
+import { startFakeLlm } from './fakeLlm';
 import { createFakeVscode, FakeVscode } from './fakeVscode';
 import { bigUserMessage, sidecarCommand } from './helpers';
 import { EXTENSION_ROOT } from './paths';
@@ -182,6 +183,42 @@ describe('the bundled extension in a stand-in VS Code', () => {
     const before = vscode.progress.length;
     assert.equal(await vscode.commands.get('contextSidecar.compact')!(), undefined);
     assert.equal(vscode.progress.length, before);
+  });
+
+  it('cancels a compaction from the progress notification, leaving the session as it was', async (t) => {
+    if (!(await servesCompact(api))) {
+      t.skip('the server does not answer context/compact yet');
+      return;
+    }
+    const llm = await startFakeLlm({ hang: true });
+    try {
+      process.env.CTX_SIDECAR_TEST_KEY = 'sk-test';
+      Object.assign(vscode.settings, {
+        'contextSidecar.llm.baseUrl': llm.baseUrl,
+        'contextSidecar.llm.model': 'fake-model',
+        'contextSidecar.llm.apiKeyEnv': 'CTX_SIDECAR_TEST_KEY',
+      });
+      await vscode.commands.get('contextSidecar.restart')!();
+      await until('usage after the restart', () => api.getUsage() !== undefined);
+      const turns = Array.from({ length: 24 }, (_, i) => ({ ...bigUserMessage(`c${i}`, 100), role: i % 2 ? 'assistant' : 'user' }));
+      await api.sendRequest(Methods.MEMORY_INGEST, { sessionId: 'cancel', messages: turns });
+      await api.setSession('cancel');
+      const before = await api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'cancel' });
+      vscode.inputs.push('');
+      const running = vscode.commands.get('contextSidecar.compact')!();
+      await llm.firstRequest;
+      vscode.progress[vscode.progress.length - 1].cancel.cancel();
+      assert.equal(await running, undefined);
+      assert.equal(vscode.messages[vscode.messages.length - 1].text, 'Compaction cancelled; the session is unchanged.');
+      const after = await api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'cancel' });
+      assert.equal(after.tokens, before.tokens);
+      assert.equal(after.summaries, 0);
+    } finally {
+      for (const key of ['baseUrl', 'model', 'apiKeyEnv']) {
+        delete vscode.settings[`contextSidecar.llm.${key}`];
+      }
+      await llm.close();
+    }
   });
 
   it('restarts the server on request, shutting the old one down cleanly', async () => {
