@@ -113,12 +113,12 @@ export async function startSidecar(options: StartOptions = {}): Promise<Sidecar>
     async close(): Promise<number | null> {
       if (!closed && child.exitCode === null) {
         closed = true;
-        try {
+        const shutdown = (async () => {
           await connection.sendRequest('shutdown');
           await connection.sendNotification('exit');
-        } catch {
-          // The server is already gone; the exit code below tells the test.
-        }
+        })();
+        // A server that is gone or wedged must not hang the suite: the exit code tells the test.
+        await Promise.race([shutdown.catch(() => undefined), new Promise((r) => setTimeout(r, 5000).unref())]);
       }
       const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
       const code = child.exitCode ?? (await exited);
