@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from protocol.types import AssembleParams, AssembleResult, ContextItem, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_pruning
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_pruning
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
@@ -30,7 +31,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
-    plan = choose_items(sidecar, session, budget, fresh_tail, prune)
+    plan, tail = choose_items(sidecar, session, budget, fresh_tail, prune)
     messages, items = render(sidecar, session, plan)
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     return AssembleResult(
@@ -39,29 +40,37 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult
         tokens=plan.tokens,
         dropped=session.context_count - len(items),
         over_budget=plan.over_budget,
-        usage=sidecar.usage(session),
+        usage=sidecar.usage(session, tail=tail if prune else None),  # a pruning fetch covers protectTokens
     )
 
 
-def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:
-    """Fetch newest items until the budget is covered, then decide pruning and the fill."""
+def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int,
+                 prune: bool) -> tuple[Assembly, tuple[list[ItemRow], bool]]:
+    """Fetch newest items until the budget is covered, then decide pruning and the fill; returns the raw tail too.
+
+    Older items than those fetched enter the pruning decision through the session's running totals.
+    """
     store = sidecar.store()
     rule = sidecar.prune_rule()
-    want = budget + (rule.protect_tokens if prune else 0)
+    factor = session.calibration
+    want = math.ceil(budget / factor)
+    if prune and session.context_tokens:
+        # Pruned outputs shrink to placeholders, so a budget holds more items: fetch for that at once.
+        share = min(session.prunable_tokens / session.context_tokens, 0.9)
+        want = math.ceil(want / (1 - share))
+    raw, complete = store.tail(session, want + 1, fresh_tail + 1)
     while True:
-        items, complete = store.tail(session, want + 1, fresh_tail + 1)
-        items = sidecar.calibrated(items, session)
         pruned: frozenset[int] = frozenset()
         if prune:
-            older = 0
-            if not complete and items:
-                older = store.prunable_before(session, items[0].position, rule)[1]
-            pruned = plan_pruning(items, rule, older)
-        plan = assemble(items, budget, fresh_tail, pruned, rule.placeholder_tokens)
-        # Pruning can shrink what was fetched below the budget; then fetch further back.
+            _, all_tokens = sidecar.prune_totals(session)
+            older = all_tokens - sum(item.tokens for item in raw if is_prunable(item, rule))
+            pruned = plan_pruning(raw, rule, older, factor)
+        plan = assemble(sidecar.calibrated(raw, session), budget, fresh_tail, pruned, rule.placeholder_tokens)
         if complete or not plan.exhausted:
-            return plan
-        want *= 4
+            return plan, (raw, complete)
+        older_items, complete = store.tail(session, want + 1, 1, before=raw[0].position)
+        raw = older_items + raw
+        want *= 2
 
 
 def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[dict[str, Any]], list[ContextItem]]:

@@ -15,7 +15,7 @@ import platformdirs
 
 from protocol import errors as codes
 from protocol.types import Usage
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, prune_candidates
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
@@ -116,34 +116,51 @@ class Sidecar:
         factor = session.calibration
         if abs(factor - 1.0) < 1e-9:
             return items
-        return [attrs.evolve(item, tokens=math.ceil(item.tokens * factor)) for item in items]
+        return [item._replace(tokens=math.ceil(item.tokens * factor)) for item in items]
 
-    def estimated_tokens(self, session: SessionRow, prune: bool | None = None) -> int:
-        """Tokens of the whole current context as assemble would build it with no budget."""
-        total = math.ceil(session.context_tokens * session.calibration)
+    def prune_signature(self) -> str:
+        """The pruning rule as stored beside a session's running totals."""
+        rule = self.prune_rule()
+        return f"{rule.placeholder_tokens}:{','.join(sorted(rule.protected_tools))}"
+
+    def prune_totals(self, session: SessionRow) -> tuple[int, int]:
+        """Count and raw tokens of every prunable tool output in the context, recounted if the rule changed."""
+        signature = self.prune_signature()
+        if session.prunable_rule != signature:
+            self.store().recount_prunable(session.session_id, signature)
+            session = self.session(session.session_id)
+        return session.prunable_count, session.prunable_tokens
+
+    def estimated_tokens(self, session: SessionRow, prune: bool | None = None,
+                         tail: tuple[list[ItemRow], bool] | None = None) -> int:
+        """Tokens of the whole current context as assemble would build it with no budget.
+
+        ``tail`` may pass newest raw items already fetched (covering ``protectTokens``) to save a read.
+        """
+        factor = session.calibration
+        total = math.ceil(session.context_tokens * factor)
         if not (self.settings.prune.enabled if prune is None else prune) or session.last_position is None:
             return total
         rule = self.prune_rule()
-        store = self.store()
-        tail, complete = store.tail(session, rule.protect_tokens + 1, 1)
-        tail = self.calibrated(tail, session)
-        positions, candidate_tokens = prune_candidates(tail, rule)
-        count = len(positions)
-        if not complete and tail:
-            older_count, older_tokens = store.prunable_before(session, tail[0].position, rule)
-            count += older_count
-            candidate_tokens += math.ceil(older_tokens * session.calibration)
-        if candidate_tokens > rule.minimum_tokens:
-            total -= candidate_tokens - count * rule.placeholder_tokens
+        all_count, all_tokens = self.prune_totals(session)
+        if all_tokens * factor <= rule.minimum_tokens:
+            return total  # even every tool output together is not worth pruning
+        items, _ = tail or self.store().tail(session, math.ceil(rule.protect_tokens / factor) + 1, 1)
+        positions, candidate_tokens = prune_candidates(items, rule, factor)
+        fetched = [item for item in items if is_prunable(item, rule)]
+        count = len(positions) + all_count - len(fetched)
+        tokens = candidate_tokens + all_tokens - sum(item.tokens for item in fetched)
+        if tokens * factor > rule.minimum_tokens:
+            total -= math.ceil(tokens * factor) - count * rule.placeholder_tokens
         return total
 
-    def usage(self, session: SessionRow) -> Usage:
+    def usage(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> Usage:
         """The session's usage figures and state."""
         window = self.context_window(session)
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:
-            tokens, source = self.estimated_tokens(session), "estimate"
+            tokens, source = self.estimated_tokens(session, tail=tail), "estimate"
         figures = usage_figures(tokens, window, self.settings.compaction, session.session_id in self.compacting)
         return Usage(
             session_id=session.session_id,

@@ -24,6 +24,7 @@ from protocol.types import (
     SessionSummary,
 )
 from sidecar.core import Sidecar
+from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
 from sidecar.errors import id_not_found, invalid_params
 from sidecar.storage import StoredMessage, SummaryRow
@@ -64,7 +65,9 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
         names.update(store.tool_names(params.session_id, pending, existing.last_position))
     max_part = sidecar.settings.prune.max_tokens_per_part
     rows = [message_row(message, max_part, names) for message in params.messages]
-    ids, duplicates = store.ingest(params.session_id, rows, info)
+    rule = sidecar.prune_rule()
+    prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
+    ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
     return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(sidecar.session(params.session_id)))
 
 

@@ -43,7 +43,14 @@ REQUEST_PARAMS: dict[str, type] = {
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5
 """How long a partial body may wait for its remaining bytes before it is judged as sent."""
-CHECKPOINT_DELAY = 2.0
+CHECKPOINT_DELAY = 5.0
+"""Seconds without writes before the WAL is checkpointed and DuckDB's page cache trimmed."""
+TRIMMED_MEMORY = "32MB"
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("idle checkpoint failed: %s", task.exception())
 
 
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
@@ -149,11 +156,11 @@ class SidecarServer(LanguageServer):
 
     def _idle_checkpoint(self) -> None:
         store = self.sidecar._storage
-        if store is not None and not self.sidecar.compacting:
-            try:
-                store.checkpoint()
-            except Exception:
-                log.exception("idle checkpoint failed")
+        if store is None or self.sidecar.compacting:
+            return
+        # In a thread: a checkpoint after a bulk load takes seconds and must not stall requests.
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(store.checkpoint, TRIMMED_MEMORY))
+        task.add_done_callback(_log_failure)
 
     # Incoming
 

@@ -350,4 +350,5 @@ class Compaction:
         removed = sorted(self.stored_positions - kept)
         added = [(node.position, node.ref_id, node.tokens) for node in self.nodes if node.ref_id in new_ids]
         store = self.sidecar.store()
-        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, removed, added))
+        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, removed, added,
+                                                self.sidecar.prune_signature()))

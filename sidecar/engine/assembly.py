@@ -54,34 +54,40 @@ def item_cost(item: Item, pruned: frozenset[int] | set[int], placeholder_tokens:
     return placeholder_tokens if item.position in pruned else item.tokens
 
 
-def prune_candidates(items: Sequence[Item], rule: PruneRule) -> tuple[list[int], int]:
-    """Tool outputs older than the protected window that may be pruned: (positions, their tokens).
+def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0) -> tuple[list[int], int]:
+    """Tool outputs older than the protected window that may be pruned: (positions, their raw tokens).
 
-    ``items`` are in chronological order; the newest ``protect_tokens`` are protected.
+    ``items`` are chronological, with raw estimates; ``factor`` (the calibration) scales them to
+    provider tokens, in which the newest ``protect_tokens`` are protected.
     """
-    newer = 0
+    newer = 0.0
     positions: list[int] = []
     total = 0
     for item in reversed(items):
         if newer >= rule.protect_tokens and is_prunable(item, rule):
             positions.append(item.position)
             total += item.tokens
-        newer += item.tokens
+        newer += item.tokens * factor
     return positions, total
 
 
 def is_prunable(item: Item, rule: PruneRule) -> bool:
+    """A context item that is a prunable tool output."""
+    return item.kind == "message" and is_prunable_output(item.role, item.tokens, item.tool_name, rule)
+
+
+def is_prunable_output(role: str, tokens: int, tool_name: str | None, rule: PruneRule) -> bool:
     """A tool output of an unprotected tool, larger than its placeholder."""
-    if item.kind != "message" or item.role != "tool" or item.tokens <= rule.placeholder_tokens:
+    if role != "tool" or tokens <= rule.placeholder_tokens:
         return False
-    names = set((item.tool_name or "").split(","))
-    return not (names & rule.protected_tools)
+    return not (set((tool_name or "").split(",")) & rule.protected_tools)
 
 
-def plan_pruning(items: Sequence[Item], rule: PruneRule, older_prunable_tokens: int = 0) -> frozenset[int]:
+def plan_pruning(items: Sequence[Item], rule: PruneRule, older_prunable_tokens: int = 0,
+                 factor: float = 1.0) -> frozenset[int]:
     """Positions to prune: the candidates, when they and older ones not given exceed ``minimum_tokens``."""
-    positions, total = prune_candidates(items, rule)
-    if total + older_prunable_tokens > rule.minimum_tokens:
+    positions, total = prune_candidates(items, rule, factor)
+    if (total + older_prunable_tokens) * factor > rule.minimum_tokens:
         return frozenset(positions)
     return frozenset()
 
@@ -142,7 +148,7 @@ def assemble(
     answered = _answered_calls(chosen)
     return Assembly(
         chosen=chosen,
-        pruned=frozenset(p for p in pruned if any(item.position == p for item in chosen)),
+        pruned=pruned & {item.position for item in chosen},
         answered=answered,
         tokens=tokens,
         over_budget=over_budget,

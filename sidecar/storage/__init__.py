@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = ["ItemRow", "SearchHit", "SessionRow", "Storage", "StorageFailure", "S
 
 MEMORY = ":memory:"
 _LOCK_PID = re.compile(r"PID (\d+)")
+MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 
 
 _SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow))
@@ -41,18 +43,22 @@ _ITEM_COLUMNS = "position, kind, ref_id, role, tokens, tool_name, tool_call_id, 
 class Storage(LineageQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
-    def __init__(self, db: duckdb.DuckDBPyConnection, path: str) -> None:
+    def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
         self._db = db
         self.path = path
+        self.memory_limit = memory_limit
         self._next_position = self._scalar(
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
         )
         self._next_position = (self._next_position or 0) + 1
         self.dirty = False
+        self._sessions: dict[str, SessionRow] = {}
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
         """Open (creating and migrating) the database at ``path``."""
+        if not MEMORY_LIMIT.fullmatch(memory_limit):
+            raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
         if path != MEMORY:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
@@ -68,7 +74,7 @@ class Storage(LineageQueries):
         db.execute("SET checkpoint_threshold = '256MB'")
         db.execute("SET preserve_insertion_order = true")
         cls._migrate(db)
-        return cls(db, path)
+        return cls(db, path, memory_limit)
 
     @staticmethod
     def _migrate(db: duckdb.DuckDBPyConnection) -> None:
@@ -98,11 +104,20 @@ class Storage(LineageQueries):
         finally:
             self._db.close()
 
-    def checkpoint(self) -> None:
-        """Fold the WAL into the database file; cheap when idle."""
-        if self.dirty:
-            self._db.execute("CHECKPOINT")
-            self.dirty = False
+    def checkpoint(self, trim_to: str | None = None) -> None:
+        """Fold the WAL into the file; with ``trim_to``, also hand cached pages back. Safe from another thread."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        cursor = self._db.cursor()
+        try:
+            cursor.execute("CHECKPOINT")
+            if trim_to is not None:
+                # DuckDB keeps pages cached up to memory_limit; a brief lower limit evicts them.
+                cursor.execute(f"SET memory_limit = '{trim_to}'")
+                cursor.execute(f"SET memory_limit = '{self.memory_limit}'")
+        finally:
+            cursor.close()
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self._db.execute(sql, params).fetchall()
@@ -111,17 +126,10 @@ class Storage(LineageQueries):
     def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         """Run statements in one transaction; every result is fetched; rolled back on any error."""
         results = []
-        self._db.execute("BEGIN")
-        try:
+        with self._transaction():
             for sql, params in statements:
                 results.append(self._db.execute(sql, params).fetchall())
-            self._db.execute("COMMIT")
-        except BaseException as error:
-            self._db.execute("ROLLBACK")
-            if isinstance(error, duckdb.Error):
-                raise StorageFailure(str(error)) from error
-            raise
-        self.dirty = True
+        self._sessions.clear()  # callers may have changed any session's row
         return results
 
     def allocate_positions(self, count: int) -> int:
@@ -133,10 +141,16 @@ class Storage(LineageQueries):
     # Sessions
 
     def session(self, session_id: str) -> SessionRow | None:
-        """The session, or None."""
+        """The session, or None; cached, since this process is the only writer of the file."""
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            return cached
         rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?",
                                 [session_id]).fetchall()
-        return _session(rows[0]) if rows else None
+        if not rows:
+            return None
+        self._sessions[session_id] = _session(rows[0])
+        return self._sessions[session_id]
 
     def sessions(self) -> list[SessionRow]:
         """Every session, most recently updated first."""
@@ -162,60 +176,96 @@ class Storage(LineageQueries):
 
     # Ingest
 
-    def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any]) -> tuple[list[str], int]:
-        """Store new messages at the end of the session's context, atomically; returns (ids, duplicates)."""
+    def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any],
+               prunable: Sequence[bool], prune_rule: str) -> tuple[list[str], int]:
+        """Store new messages at the end of the session's context, atomically; returns (ids, duplicates).
+
+        ``prunable`` says which rows are tool outputs pruning may replace, counted under ``prune_rule``.
+        """
         now = utcnow()
         ids: list[str] = []
-        fresh: list[tuple[str, MessageRow]] = []
+        fresh: list[tuple[str, MessageRow, bool]] = []
         seen: set[str] = set()
-        for row in rows:
+        for row, can_prune in zip(rows, prunable, strict=True):
             msg_id = row.id or f"msg_{uuid.uuid4().hex}"
             ids.append(msg_id)
             if msg_id not in seen:
                 seen.add(msg_id)
-                fresh.append((msg_id, row))
+                fresh.append((msg_id, row, can_prune))
         first = self.allocate_positions(len(fresh))
         seqs = list(range(first, first + len(fresh)))
-        statements: list[tuple[str, Sequence[Any]]] = [self._upsert_session(session_id, info, now)]
-        if fresh:
-            statements.append((
-                """
-                INSERT INTO messages
-                SELECT ?, unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
-                       unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[][]),
-                       unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[])
-                ON CONFLICT DO NOTHING RETURNING seq
-                """,
-                [session_id, [i for i, _ in fresh], seqs, [r.role for _, r in fresh], [r.raw for _, r in fresh],
-                 [r.text for _, r in fresh], [r.tool_name for _, r in fresh], [r.tool_call_id for _, r in fresh],
-                 [r.tool_call_ids for _, r in fresh], [r.tokens for _, r in fresh], now,
-                 [r.message_at or now for _, r in fresh]],
-            ))
-            # Only rows RETURNING named were stored; the context gets exactly those.
-            statements.append((
-                """
-                INSERT INTO context_items
-                SELECT session_id, seq, 'message', id, role, tokens, tool_name, tool_call_id, tool_call_ids
-                FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ?
-                """,
-                [session_id, seqs[0], seqs[-1]],
-            ))
-            statements.append((
-                """
-                UPDATE sessions SET
-                    message_count = message_count + s.n, context_count = context_count + s.n,
-                    context_tokens = context_tokens + s.t,
-                    first_position = coalesce(first_position, s.lo), last_position = greatest(last_position, s.hi),
-                    revision = revision + 1, updated_at = ?
-                FROM (SELECT count(*) n, coalesce(sum(tokens), 0) t, min(seq) lo, max(seq) hi FROM messages
-                      WHERE session_id = ? AND seq BETWEEN ? AND ?) s
-                WHERE session_id = ? AND s.n > 0
-                """,
-                [now, session_id, seqs[0], seqs[-1], session_id],
-            ))
-        results = self._write(statements)
-        stored = len(results[1]) if fresh else 0
+        session = self.session(session_id)
+        try:
+            # Optimistic: a plain INSERT is twice as fast as ON CONFLICT, and duplicates are the exception.
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, skip_duplicates=False)
+        except duckdb.ConstraintException:
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, skip_duplicates=True)
         return ids, len(rows) - stored
+
+    def _ingest_rows(self, session_id: str, session: SessionRow | None, fresh: list[tuple[str, MessageRow, bool]],
+                     seqs: list[int], info: dict[str, Any], prune_rule: str, now: datetime,
+                     skip_duplicates: bool) -> int:
+        """One ingest transaction; returns how many rows were stored."""
+        kept: list[tuple[int, str, MessageRow, bool]] = []
+        with self._transaction(raise_constraint=True):
+            if session is None or any(value is not None for value in info.values()):
+                self._db.execute(*self._upsert_session(session_id, info, now)).fetchall()
+            if fresh:
+                conflict = " ON CONFLICT DO NOTHING RETURNING seq" if skip_duplicates else ""
+                returned = self._db.execute(
+                    f"""
+                    INSERT INTO messages
+                    SELECT ?, unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
+                           unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[][]),
+                           unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[]){conflict}
+                    """,
+                    [session_id, [i for i, _, _ in fresh], seqs, [r.role for _, r, _ in fresh],
+                     [r.raw for _, r, _ in fresh], [r.text for _, r, _ in fresh], [r.tool_name for _, r, _ in fresh],
+                     [r.tool_call_id for _, r, _ in fresh], [r.tool_call_ids for _, r, _ in fresh],
+                     [r.tokens for _, r, _ in fresh], now, [r.message_at or now for _, r, _ in fresh]],
+                ).fetchall()
+                stored = {seq for (seq,) in returned} if skip_duplicates else set(seqs)
+                # Only stored rows join the context.
+                kept = [(seq, *entry) for seq, entry in zip(seqs, fresh, strict=True) if seq in stored]
+            if kept:
+                self._db.execute(
+                    "INSERT INTO context_items SELECT ?, unnest(?::BIGINT[]), 'message', unnest(?::VARCHAR[]), "
+                    "unnest(?::VARCHAR[]), unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                    "unnest(?::VARCHAR[][])",
+                    [session_id, [k[0] for k in kept], [k[1] for k in kept], [k[2].role for k in kept],
+                     [k[2].tokens for k in kept], [k[2].tool_name for k in kept], [k[2].tool_call_id for k in kept],
+                     [k[2].tool_call_ids for k in kept]],
+                ).fetchall()
+                self._db.execute(
+                    """
+                    UPDATE sessions SET
+                        message_count = message_count + ?, context_count = context_count + ?,
+                        context_tokens = context_tokens + ?, prunable_count = prunable_count + ?,
+                        prunable_tokens = prunable_tokens + ?,
+                        first_position = coalesce(first_position, ?), last_position = greatest(last_position, ?),
+                        revision = revision + 1, updated_at = ?
+                    WHERE session_id = ?
+                    """,
+                    [len(kept), len(kept), sum(k[2].tokens for k in kept), sum(1 for k in kept if k[3]),
+                     sum(k[2].tokens for k in kept if k[3]), kept[0][0], kept[-1][0], now, session_id],
+                ).fetchall()
+            recount = session is None or session.prunable_rule != prune_rule
+            if recount:
+                self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
+        if session is not None and not recount and not any(value is not None for value in info.values()):
+            self._sessions[session_id] = attrs.evolve(
+                session, message_count=session.message_count + len(kept),
+                context_count=session.context_count + len(kept),
+                context_tokens=session.context_tokens + sum(k[2].tokens for k in kept),
+                prunable_count=session.prunable_count + sum(1 for k in kept if k[3]),
+                prunable_tokens=session.prunable_tokens + sum(k[2].tokens for k in kept if k[3]),
+                first_position=session.first_position if session.first_position is not None
+                else (kept[0][0] if kept else None),
+                last_position=max(filter(None, [session.last_position, kept[-1][0] if kept else None]), default=None),
+                revision=session.revision + (1 if kept else 0), updated_at=now if kept else session.updated_at)
+        else:
+            self._sessions.pop(session_id, None)
+        return len(kept)
 
     def _upsert_session(self, session_id: str, info: dict[str, Any], now: datetime) -> tuple[str, list[Any]]:
         metadata = json.dumps(info["metadata"]) if info.get("metadata") is not None else None
@@ -231,6 +281,48 @@ class Storage(LineageQueries):
             """,
             [session_id, info.get("title"), info.get("model"), info.get("context_window"), metadata, now, now],
         )
+
+    @contextlib.contextmanager
+    def _transaction(self, raise_constraint: bool = False) -> Iterator[None]:
+        """BEGIN … COMMIT, rolled back on any error; DuckDB's errors raised as StorageFailure."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as error:
+            self._db.execute("ROLLBACK")
+            if raise_constraint and isinstance(error, duckdb.ConstraintException):
+                raise
+            if isinstance(error, duckdb.Error):
+                raise StorageFailure(str(error)) from error
+            raise
+        self.dirty = True
+
+    @staticmethod
+    def _prunable_recount(session_id: str, prune_rule: str) -> tuple[str, list[Any]]:
+        """Recount a session's prunable totals from its context items under ``prune_rule``."""
+        placeholder, _, protected = prune_rule.partition(":")
+        return (
+            """
+            UPDATE sessions SET prunable_rule = ?,
+                prunable_count = (SELECT count(*) FROM context_items c WHERE c.session_id = sessions.session_id
+                    AND c.kind = 'message' AND c.role = 'tool' AND c.tokens > ?
+                    AND NOT list_has_any(string_split(coalesce(c.tool_name, ''), ','), ?::VARCHAR[])),
+                prunable_tokens = (SELECT coalesce(sum(tokens), 0) FROM context_items c
+                    WHERE c.session_id = sessions.session_id AND c.kind = 'message' AND c.role = 'tool'
+                    AND c.tokens > ? AND NOT list_has_any(string_split(coalesce(c.tool_name, ''), ','),
+                    ?::VARCHAR[]))
+            WHERE session_id = ?
+            """,
+            [prune_rule, int(placeholder), protected.split(",") if protected else [], int(placeholder),
+             protected.split(",") if protected else [], session_id],
+        )
+
+    def recount_prunable(self, session_id: str, prune_rule: str) -> None:
+        """Recount the prunable totals (after a compaction, or when the rule changed)."""
+        with self._transaction():
+            self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
+        self._sessions.pop(session_id, None)
 
     def tool_names(self, session_id: str, call_ids: Sequence[str], near_position: int | None) -> dict[str, str]:
         """Tool names of recent assistant tool calls by call id, looked up among the newest context items."""
@@ -263,14 +355,19 @@ class Storage(LineageQueries):
             sql += " AND position <= ?"
             params.append(upto)
         rows = self._db.execute(sql + " ORDER BY position", params).fetchall()
-        return [_item(row) for row in rows]
+        return [ItemRow(*row[:-1], tuple(row[-1]) if row[-1] is not None else None) for row in rows]
 
-    def tail(self, session: SessionRow, min_tokens: int, min_count: int) -> tuple[list[ItemRow], bool]:
-        """The newest items covering ``min_tokens`` and ``min_count``; and whether that is all of them."""
+    def tail(self, session: SessionRow, min_tokens: int, min_count: int,
+             before: int | None = None) -> tuple[list[ItemRow], bool]:
+        """The newest items (older than ``before``) covering ``min_tokens`` and ``min_count``; and whether
+        they reach the start of the context."""
         if session.last_position is None:
             return [], True
-        upto = session.last_position
-        window = 512
+        upto = session.last_position if before is None else before - 1
+        # Positions are global, so a session's items may be spread out; start from its average density.
+        average = session.context_tokens / max(1, session.context_count)
+        span = (session.last_position - (session.first_position or 0) + 1) / max(1, session.context_count)
+        window = int(max(min_tokens / max(average, 1.0), min_count, 64) * 1.25 * span)
         found: list[ItemRow] = []
         tokens = 0
         while True:
@@ -283,18 +380,6 @@ class Storage(LineageQueries):
                 return found, complete
             upto = after
             window *= 4
-
-    def prunable_before(self, session: SessionRow, position: int, rule: Any) -> tuple[int, int]:
-        """Count and tokens of prunable tool outputs (per ``rule``) older than ``position``."""
-        row = self._db.execute(
-            """
-            SELECT count(*), coalesce(sum(tokens), 0) FROM context_items
-            WHERE session_id = ? AND position < ? AND kind = 'message' AND role = 'tool' AND tokens > ?
-              AND NOT list_has_any(string_split(coalesce(tool_name, ''), ','), ?::VARCHAR[])
-            """,
-            [session.session_id, position, rule.placeholder_tokens, sorted(rule.protected_tools)],
-        ).fetchall()[0]
-        return int(row[0]), int(row[1])
 
     def messages_by_seq(self, session_id: str, seqs: Sequence[int]) -> list[StoredMessage]:
         """Stored messages at the given positions, in order."""
@@ -370,8 +455,3 @@ def _session(row: tuple[Any, ...]) -> SessionRow:
     metadata_index = 4
     values[metadata_index] = json.loads(values[metadata_index]) if values[metadata_index] else None
     return SessionRow(*values)
-
-
-def _item(row: tuple[Any, ...]) -> ItemRow:
-    *head, call_ids = row
-    return ItemRow(*head, tuple(call_ids) if call_ids is not None else None)

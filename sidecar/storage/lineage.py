@@ -19,6 +19,7 @@ class LineageQueries:
     _db: duckdb.DuckDBPyConnection
     _scalar: Callable[..., Any]
     _write: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[list[tuple[Any, ...]]]]
+    _prunable_recount: Callable[[str, str], tuple[str, list[Any]]]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
         """Summaries by id."""
@@ -88,7 +89,7 @@ class LineageQueries:
 
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
                          sources: Sequence[tuple[str, int, str, str]], removed: Sequence[int],
-                         added: Sequence[tuple[int, str, int]]) -> None:
+                         added: Sequence[tuple[int, str, int]], prune_rule: str) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
 
         ``sources`` are (summary id, order, kind, id); ``removed`` are positions of replaced items;
@@ -140,4 +141,5 @@ class LineageQueries:
                 "unnest(?::INTEGER[]), NULL, NULL, NULL",
                 [session_id, *[list(column) for column in zip(*added, strict=True)]],
             ))
+        statements.append(self._prunable_recount(session_id, prune_rule))
         self._write(statements)

@@ -103,6 +103,15 @@ def m001_initial(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m002_prunable_totals(db: duckdb.DuckDBPyConnection) -> None:
+    """Running totals of prunable tool outputs per session, so usage needs no scan of old history."""
+    db.execute("ALTER TABLE sessions ADD COLUMN prunable_count BIGINT NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN prunable_tokens BIGINT NOT NULL DEFAULT 0")
+    # The rule the totals were counted under; another rule (settings changed) means a recount.
+    db.execute("ALTER TABLE sessions ADD COLUMN prunable_rule VARCHAR")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
+    ("002_prunable_totals", m002_prunable_totals),
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -41,11 +41,16 @@ class SessionRow:
     calibration: float
     reported_tokens: int | None
     reported_revision: int | None
+    prunable_count: int = 0
+    prunable_tokens: int = 0
+    prunable_rule: str | None = None
 
 
-@attrs.define(frozen=True)
-class ItemRow:
-    """One context item: a message or a summary at a position of the session's context."""
+class ItemRow(NamedTuple):
+    """One context item: a message or a summary at a position of the session's context.
+
+    A named tuple rather than attrs: assemble builds thousands per call, and tuples are cheap.
+    """
 
     position: int
     kind: str
