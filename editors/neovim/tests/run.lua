@@ -221,10 +221,10 @@ local function main()
     end
     vim.cmd('ContextCompact the failing tests')
     t.wait_for('the compaction', function()
-      return sidecar.compaction and sidecar.compaction.done
+      return sidecar.compaction() ~= nil and sidecar.compaction().done
     end, 30000)
     status.update = update
-    local compaction = sidecar.compaction
+    local compaction = sidecar.compaction()
     t.ok(not compaction.err, vim.inspect(compaction.err))
     local result = compaction.result
     t.eq(result.compacted, true, vim.inspect(result))
@@ -268,9 +268,9 @@ local function main()
       t.wait_for('the summarizer request', llm.received, 15000)
       vim.cmd('ContextCompactCancel')
       t.wait_for('the cancelled reply', function()
-        return sidecar.compaction.done
+        return sidecar.compaction().done
       end)
-      t.eq(sidecar.compaction.err and sidecar.compaction.err.code, -32800, vim.inspect(sidecar.compaction.err))
+      t.eq(sidecar.compaction().err and sidecar.compaction().err.code, -32800, vim.inspect(sidecar.compaction().err))
       local after = request('context/usage', { sessionId = 'cancel' })
       t.eq(after.tokens, before.tokens)
       t.eq(after.summaries, 0)

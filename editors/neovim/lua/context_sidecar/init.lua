@@ -4,44 +4,19 @@
 ---    vim.o.statusline = "%f %= %{v:lua.require'context_sidecar'.statusline()}"
 local buffers = require('context_sidecar.buffers')
 local client = require('context_sidecar.client')
+local compaction = require('context_sidecar.compaction')
 local config = require('context_sidecar.config')
 local protocol = require('context_sidecar.protocol')
 local status = require('context_sidecar.status')
+local util = require('context_sidecar.util')
 
 local methods = protocol.methods
-local uv = vim.uv or vim.loop
+local notify, describe_error = util.notify, util.describe_error
 local M = {}
 
----@class ContextSidecarCompaction
----@field token string workDoneToken
----@field session string
----@field request_id integer|nil
----@field progress table[] `$/progress` values received, in order
----@field done boolean
----@field err table|nil
----@field result ContextSidecarCompactResult|nil
----@field on_done fun(err: table|nil, result: ContextSidecarCompactResult|nil)|nil
-
----The running or last compaction.
----@type ContextSidecarCompaction|nil
-M.compaction = nil
 ---Server capabilities `experimental.contextSidecar` of the running server.
 ---@type table|nil
 M.server_capabilities = nil
-
-local token_counter = 0
-
-local function notify(message, level)
-  vim.schedule(function()
-    vim.notify('context-sidecar: ' .. message, level or vim.log.levels.INFO)
-  end)
-end
-
----@param err table
----@return string
-local function describe_error(err)
-  return string.format('%s (%s)', err.message or vim.inspect(err), tostring(err.code))
-end
 
 ---@return table|nil client, string|nil session_id
 local function client_and_session()
@@ -55,22 +30,6 @@ local function client_and_session()
     return c, nil
   end
   return c, status.selected
-end
-
-local function on_progress(err, result, ctx, cfg)
-  local compaction = M.compaction
-  if compaction and result and result.token == compaction.token then
-    table.insert(compaction.progress, result.value)
-    local value = result.value or {}
-    if config.options.notify_progress and value.kind ~= 'end' and (value.message or value.title) then
-      notify(string.format('compacting: %s', value.message or value.title))
-    end
-  end
-  -- The default handler keeps client.messages.progress, which progress statuslines read.
-  local default = vim.lsp.handlers['$/progress']
-  if default then
-    pcall(default, err, result, ctx, cfg)
-  end
 end
 
 local handlers = {
@@ -87,7 +46,7 @@ local handlers = {
       vim.api.nvim_exec_autocmds('User', { pattern = 'ContextSidecarCompacted', modeline = false })
     end)
   end,
-  ['$/progress'] = on_progress,
+  ['$/progress'] = compaction.on_progress,
 }
 
 ---Re-read the default session and the selected session's usage.
@@ -124,10 +83,7 @@ local callbacks = {
   end,
   on_exit = function()
     status.running = false
-    if M.compaction and not M.compaction.done then
-      M.compaction.done = true
-      M.compaction.err = { code = protocol.errors.INTERNAL_ERROR, message = 'the server exited' }
-    end
+    compaction.server_exited()
     vim.cmd('redrawstatus!')
   end,
 }
@@ -205,109 +161,27 @@ function M.set_settings(settings)
   client.send_settings(config.options.settings)
 end
 
----Record the end of a compaction, once, and tell the user.
----@param compaction ContextSidecarCompaction
----@param err table|nil
----@param result ContextSidecarCompactResult|nil
-local function finish(compaction, err, result)
-  if compaction.done then
-    return
-  end
-  compaction.done = true
-  compaction.err = err
-  compaction.result = result
-  if err then
-    if err.code == protocol.errors.REQUEST_CANCELLED then
-      notify('compaction cancelled; the session is unchanged')
-    else
-      notify('compaction failed: ' .. describe_error(err), vim.log.levels.ERROR)
-    end
-  elseif result.compacted then
-    notify(string.format('compacted %s: %d → %d tokens', compaction.session, result.tokensBefore, result.tokensAfter))
-  else
-    notify('nothing compacted: ' .. tostring(result.reason or 'nothing to compact'))
-  end
-  if compaction.on_done then
-    compaction.on_done(err, result)
-  end
-end
-
 ---`context/compact` on the selected session, with `$/progress` on a fresh workDoneToken.
 ---@param opts {focus: string|nil, mode: string|nil, on_done: fun(err: table|nil, result: ContextSidecarCompactResult|nil)|nil}|nil
 ---@return ContextSidecarCompaction|nil
 function M.compact(opts)
-  opts = opts or {}
   local c, session = client_and_session()
   if not c or not session then
     return nil
   end
-  if M.compaction and not M.compaction.done then
-    notify('a compaction is already running; :ContextCompactCancel stops it', vim.log.levels.WARN)
-    return nil
-  end
-  token_counter = token_counter + 1
-  ---@type ContextSidecarCompaction
-  local compaction = {
-    token = string.format('contextSidecar/compact/%d/%d', vim.fn.getpid(), token_counter),
-    session = session,
-    progress = {},
-    done = false,
-    on_done = opts.on_done,
-  }
-  M.compaction = compaction
-  local focus = opts.focus and vim.trim(opts.focus) or ''
-  local params = {
-    sessionId = session,
-    mode = opts.mode,
-    focus = focus ~= '' and focus or nil,
-    workDoneToken = compaction.token,
-  }
-  local ok, request_id = client.call(c, 'request', methods.CONTEXT_COMPACT, params, function(err, result)
-    finish(compaction, err, result)
-  end)
-  if not ok then
-    compaction.done = true
-    notify('could not send context/compact', vim.log.levels.ERROR)
-    return nil
-  end
-  compaction.request_id = request_id
-  return compaction
+  return compaction.start(c, session, opts or {})
 end
 
----Cancel the running compaction (`$/cancelRequest`); the server answers -32800.
----Neovim's RPC layer drops a -32800 reply before it reaches the request's handler, so the
----end is seen as the request leaving `client.requests` with no result handled.
----@param timeout_ms integer|nil how long to wait for the server's answer (default 30 s)
+---Cancel the running compaction (`$/cancelRequest`).
 ---@return boolean sent
-function M.cancel(timeout_ms)
-  local c = client.get()
-  local compaction = M.compaction
-  if not c or not compaction or compaction.done or not compaction.request_id then
-    notify('no compaction is running')
-    return false
-  end
-  client.call(c, 'cancel_request', compaction.request_id)
-  local deadline = uv.now() + (timeout_ms or 30000)
-  local timer = uv.new_timer()
-  timer:start(20, 20, vim.schedule_wrap(function()
-    if timer:is_closing() then
-      return
-    end
-    local answered = type(c.requests) ~= 'table' or c.requests[compaction.request_id] == nil
-    if not compaction.done and not answered and uv.now() < deadline then
-      return
-    end
-    timer:stop()
-    timer:close()
-    -- A result that raced the cancellation is already queued: let its handler run first.
-    vim.schedule(function()
-      finish(compaction, {
-        code = protocol.errors.REQUEST_CANCELLED,
-        message = answered and 'cancelled' or 'cancelled; the server did not confirm in time',
-      }, nil)
-    end)
-  end))
-  return true
+function M.cancel()
+  return compaction.cancel(client.get())
+end
+
+---The running or last compaction: `{token, session, request_id, progress, done, err, result}`.
+---@return ContextSidecarCompaction|nil
+function M.compaction()
+  return compaction.current
 end
 
 ---Echo the selected session's usage.
