@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from protocol.types import (
@@ -18,8 +19,11 @@ from protocol.types import (
     GrepMatch,
     GrepParams,
     GrepResult,
+    ImportParams,
+    ImportResult,
     IngestParams,
     IngestResult,
+    SessionInfo,
     SessionsResult,
     SessionSummary,
 )
@@ -217,3 +221,28 @@ def delete_session(sidecar: Sidecar, params: DeleteSessionParams) -> DeleteSessi
 def iso(moment: datetime | None) -> str | None:
     """Stored naive-UTC time as ISO-8601 with a Z."""
     return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"
+
+
+def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
+    """Parse a transcript file on this machine and ingest it as one atomic batch; idempotent by message ids."""
+    from sidecar.importers import FORMATS, ImportFormatError, parse_transcript
+
+    fmt = params.format or "auto"
+    if fmt != "auto" and fmt not in FORMATS:
+        raise invalid_params(f"format must be auto or one of {', '.join(FORMATS)}", "format")
+    path = Path(params.path).expanduser()
+    if not path.is_file():
+        raise invalid_params(f"no transcript file at {str(path)!r}", "path")
+    try:
+        parsed = parse_transcript(path, fmt)
+    except ImportFormatError as error:
+        raise invalid_params(str(error), "format") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise invalid_params(f"cannot read {str(path)!r}: {error}", "path") from None
+    session_id = params.session_id or parsed.suggested_session_id or path.stem
+    check_session_id(session_id)
+    info = parsed.session or {}
+    result = ingest(sidecar, IngestParams(session_id=session_id, messages=parsed.messages, session=SessionInfo(
+        model=info.get("model"), title=info.get("title"), metadata=info.get("metadata"))))
+    return ImportResult(session_id=session_id, format=parsed.format, ids=result.ids,
+                        duplicates=result.duplicates, skipped=list(parsed.skipped), usage=result.usage)

@@ -11,6 +11,7 @@ from protocol.types import (
     DescribeParams,
     ExpandParams,
     GrepParams,
+    ImportParams,
     IngestParams,
     SessionsParams,
 )
@@ -28,6 +29,13 @@ def setup(server: SidecarServer) -> None:
         result = memory.ingest(ls.sidecar, params)
         ls.wrote()
         ls.session_changed(params.session_id, result.usage)
+        return unstructure(result)
+
+    @server.feature(methods.MEMORY_IMPORT)
+    async def import_transcript(ls: SidecarServer, params: ImportParams) -> Any:
+        result = memory.import_transcript(ls.sidecar, params)
+        ls.wrote()
+        ls.session_changed(result.session_id, result.usage)
         return unstructure(result)
 
     @server.feature(methods.MEMORY_EXPAND)
