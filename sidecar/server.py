@@ -135,7 +135,10 @@ class SidecarServer(LanguageServer):
     def push_usage(self, usage: types.Usage) -> None:
         """Send context/didChangeUsage, unless the client turned it off."""
         if self.sidecar.usage_notifications:
-            self.protocol.notify(methods.CONTEXT_DID_CHANGE_USAGE, unstructure(usage))
+            # pygls sends replies from done-callbacks, a loop tick late; queueing the notification the same way
+            # keeps a reply computed before this change from arriving after it.
+            asyncio.get_running_loop().call_soon(self.protocol.notify, methods.CONTEXT_DID_CHANGE_USAGE,
+                                                 unstructure(usage))
 
     def session_changed(self, session_id: str, usage: types.Usage) -> None:
         """A session's figures changed: tell the client, and let listeners (auto-compaction) look."""

@@ -145,7 +145,7 @@ async def test_every_message_of_the_pi_session_is_recoverable_after_full_compact
         recovered: dict[str, dict] = {}
         pending = [(i["kind"], i["id"]) for i in items]
         while pending:
-            kind, item_id = pending.pop()
+            _, item_id = pending.pop()
             expanded = await call(client, methods.MEMORY_EXPAND, {"sessionId": "pi", "id": item_id,
                                                                   "tokenCap": 10**9})
             assert expanded["truncated"] is False

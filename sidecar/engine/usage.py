@@ -41,10 +41,10 @@ def usage_figures(tokens: int, context_window: int, settings: CompactionSettings
     """The usage state of a context of ``tokens`` in ``context_window``."""
     threshold = compaction_threshold(context_window, settings)
     percent = round(100.0 * tokens / context_window, 1) if context_window > 0 else 100.0
-    if tokens > context_window:
-        state = "overflow"
-    elif compacting:
+    if compacting:
         state = "compacting"
+    elif tokens > context_window:
+        state = "overflow"
     elif tokens >= threshold:
         state = "compact"
     elif tokens >= settings.suggest_at * context_window:

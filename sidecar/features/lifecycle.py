@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -10,6 +11,7 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types as lsp
 
 from protocol import methods
+from sidecar.core import summarizer_name
 from sidecar.errors import SidecarError
 from sidecar.server import SidecarServer
 from sidecar.settings import read_settings
@@ -37,6 +39,9 @@ def setup(server: SidecarServer) -> None:
             ls.show_message(f"context-sidecar: {error.message}", lsp.MessageType.Error)
         log.info("initialized with storage %s", path)
         ls.initialized = True
+        if summarizer_name(ls.sidecar.settings) == "openai":
+            # openai takes ~300 ms to import; done now, in a thread, the first compaction does not stall requests.
+            asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "openai")
 
     @server.feature(lsp.SHUTDOWN)
     async def shutdown(ls: SidecarServer, *args: Any) -> None:
