@@ -17,16 +17,29 @@ With no command it serves the protocol on stdin/stdout; logs go to stderr or --l
 
 commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
+  import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
+  replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
 """
+FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
+DB_HELP = "DuckDB file to use (':memory:' for none); default: per-user data dir, per workspace"
+
+
+def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
+    """--db, --log-file and -v, accepted before and after a command."""
+    # A command's own defaults would overwrite what was given before the command name (--db X demo).
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS if command else None)
+    common.add_argument("--db", metavar="PATH", help=db_help)
+    common.add_argument("--log-file", metavar="PATH", help="write logs here instead of stderr")
+    verbose = common.add_argument("-v", "--verbose", action="count", help="more logging (-vv for debug)")
+    if not command:
+        verbose.default = 0
+    return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="PATH",
-                        help="DuckDB file to use (':memory:' for none); default: per-user data dir, per workspace")
-    common.add_argument("--log-file", metavar="PATH", help="write logs here instead of stderr")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    common = common_options()
+    in_command = common_options(command=True)
 
     parser = argparse.ArgumentParser(prog="context-sidecar", description=DESCRIPTION, parents=[common],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,10 +48,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clientProcessId", "--client-process-id", dest="client_process_id", type=int,
                         metavar="PID", help="exit when this process ends (sent by editor clients)")
     commands = parser.add_subparsers(dest="command", metavar="command")
-    demo = commands.add_parser("demo", parents=[common], help="run the demo session",
+    demo = commands.add_parser("demo", parents=[in_command], help="run the demo session",
                                description="Spawn the real sidecar over stdio, feed it a generated coding-agent "
                                            "session, and print usage, an assembled context and a search hit.")
     demo.add_argument("--messages", type=int, default=240, help="messages in the generated session (default 240)")
+
+    imp = commands.add_parser(
+        "import", parents=[in_command], help="import a transcript file",
+        description="Spawn a sidecar on --db (default: the per-user database) and store the transcript with "
+                    "memory/import, as one atomic batch. Lines that are not valid entries are reported with their "
+                    "line numbers and skipped; importing the same file again stores nothing twice.")
+    imp.add_argument("file", metavar="FILE", help="transcript: pi or Claude Code session JSONL, Codex rollout, "
+                                                  "or OpenAI messages JSON/JSONL")
+    imp.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file name)")
+    imp.add_argument("--format", choices=FORMAT_CHOICES, default="auto", help="transcript format (default auto)")
+
+    replay_db = "DuckDB file to keep the replayed session in; default: a fresh temporary file, removed afterwards"
+    replay = commands.add_parser(
+        "replay", parents=[common_options(replay_db, command=True)], help="replay a transcript turn by turn",
+        description="Parse the transcript here, spawn a real sidecar on --db (default: a fresh temporary database, "
+                    "removed afterwards) with auto-compaction on, and feed it turn by turn as an agent would: "
+                    "ingest the user message, context/assemble, ingest the rest of the turn, report the provider "
+                    "usage the transcript recorded. Prints a timeline (usage, state changes, compactions) and a "
+                    "summary table.")
+    replay.add_argument("file", metavar="FILE", help="transcript file, as for import")
+    replay.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file "
+                                                        "name); must be new in --db")
+    replay.add_argument("--format", choices=FORMAT_CHOICES, default="auto", help="transcript format (default auto)")
+    replay.add_argument("--context-window", type=int, metavar="N",
+                        help="context window of the session (default: the transcript model's, else 128000)")
+    replay.add_argument("--mode", choices=["incremental", "full", "handoff"], default="incremental",
+                        help="auto-compaction mode (default incremental)")
+    replay.add_argument("--report-usage", choices=["auto", "always", "never"], default="auto",
+                        help="send the provider usage recorded in the transcript: auto (default) while the sidecar "
+                             "sends the transcript's own context, i.e. until it prunes or compacts; always; never")
+    replay.add_argument("-q", "--quiet", action="store_true",
+                        help="timeline lines only for state changes and compactions")
     return parser
 
 
@@ -60,6 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.demo import run_demo
 
         return run_demo(db=args.db, messages=args.messages)
+    if args.command == "import":
+        from sidecar.tools.import_command import run_import
+
+        return run_import(args.file, db=args.db, session=args.session, fmt=args.format)
+    if args.command == "replay":
+        from sidecar.tools.replay import run_replay
+
+        return run_replay(args.file, db=args.db, session=args.session, fmt=args.format,
+                          context_window=args.context_window, mode=args.mode, quiet=args.quiet,
+                          report_usage=args.report_usage)
     return serve(args.db, args.client_process_id)
 
 

@@ -1,0 +1,288 @@
+"""``context-sidecar replay``: walk a transcript through a real sidecar turn by turn, as an agent would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from protocol.types import AssembleResult, DidCompactParams, Message, SessionInfo, Usage
+from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.importers import ImportFormatError, ParsedTranscript, parse_transcript
+from sidecar.tools import SERVER_COMMAND, plural, say, usage_text
+
+REPORT_POLICIES = {
+    "auto": "the transcript's provider usage is reported until the sidecar prunes or compacts",
+    "always": "the transcript's provider usage is reported every turn",
+    "never": "no provider usage is reported",
+}
+SETTLE_TIMEOUT = 300.0
+POLL_SECONDS = 0.02
+
+
+@dataclasses.dataclass
+class Turn:
+    """A user message and everything up to the next one; ``opening`` ends with the user message."""
+
+    number: int
+    opening: list[Message]
+    rest: list[Message]
+
+    @property
+    def messages(self) -> list[Message]:
+        """All messages of the turn in order."""
+        return self.opening + self.rest
+
+
+@dataclasses.dataclass
+class Stats:
+    """What the replay did, for the final table."""
+
+    stored: int = 0
+    duplicates: int = 0
+    reports: int = 0
+    compactions: list[DidCompactParams] = dataclasses.field(default_factory=list)
+    notifications: int = 0
+    ingest_s: float = 0.0
+    assemble_s: float = 0.0
+    wait_s: float = 0.0
+    last_sent: tuple[int, int] = (0, 0)
+    """Messages and tokens of the last assembled call."""
+
+
+def split_turns(messages: list[Message]) -> list[Turn]:
+    """Turns of a transcript; messages before the first user message open the first turn."""
+    turns: list[Turn] = []
+    leading: list[Message] = []
+    for message in messages:
+        if message.get("role") == "user":
+            turns.append(Turn(len(turns) + 1, [*leading, message], []))
+            leading = []
+        elif turns:
+            turns[-1].rest.append(message)
+        else:
+            leading.append(message)
+    if leading:  # a transcript without any user message is replayed as one turn
+        turns.append(Turn(1, leading, []))
+    return turns
+
+
+def provider_usage(messages: list[Message]) -> dict[str, int] | None:
+    """The usage the provider reported for the last call of these messages, from the transcript's metadata."""
+    for message in reversed(messages):
+        usage = (message.get("metadata") or {}).get("usage") if message.get("role") == "assistant" else None
+        if isinstance(usage, dict) and isinstance(usage.get("input"), int):
+            return usage
+    return None
+
+
+def _reshaped(assembled: AssembleResult) -> bool:
+    """Whether the assembled context differs from the plain transcript (summaries, pruned or dropped items)."""
+    return assembled.dropped > 0 or any(item.kind == "summary" or item.pruned for item in assembled.items)
+
+
+def run_replay(path: str, db: str | None, session: str | None, fmt: str, context_window: int | None,
+               mode: str, quiet: bool, report_usage: str = "auto") -> int:
+    """Run the replay; returns the exit code."""
+    transcript = Path(path).expanduser()
+    try:
+        parsed = parse_transcript(transcript, fmt)
+    except (ImportFormatError, OSError) as error:
+        print(f"context-sidecar replay: error: {error}", file=sys.stderr)
+        return 1
+    if not parsed.messages:
+        print(f"context-sidecar replay: error: no messages in {transcript}", file=sys.stderr)
+        return 1
+    try:
+        with _storage(db) as (db_path, fresh):
+            replay = _Replay(transcript, parsed, session, context_window, mode, quiet, report_usage)
+            return asyncio.run(replay.run(db_path, fresh))
+    except SidecarRequestError as error:
+        print(f"context-sidecar replay: error: {error}", file=sys.stderr)
+        return 1
+
+
+@contextlib.contextmanager
+def _storage(db: str | None) -> Iterator[tuple[str, bool]]:
+    """The DB file to use and whether it is a fresh temporary one (removed afterwards)."""
+    if db is not None:
+        yield db, False
+        return
+    with tempfile.TemporaryDirectory(prefix="context-sidecar-replay-") as directory:
+        yield str(Path(directory) / "replay.duckdb"), True
+
+
+class _Replay:
+    """One replay run against one sidecar."""
+
+    def __init__(self, path: Path, parsed: ParsedTranscript, session: str | None, context_window: int | None,
+                 mode: str, quiet: bool, report_usage: str) -> None:
+        self.path = path
+        self.parsed = parsed
+        self.session_id = session or parsed.suggested_session_id or path.stem
+        self.context_window = context_window
+        self.mode = mode
+        self.quiet = quiet
+        self.report_usage = report_usage
+        self.turns = split_turns(parsed.messages)
+        self.stats = Stats()
+        self.pending: list[DidCompactParams] = []
+        self.notes: list[str] = []
+
+    async def run(self, db: str, fresh: bool) -> int:
+        started = time.monotonic()
+        settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}}
+        async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=settings) as client:
+            client.on_compact(self._compacted)
+            client.on_usage(self._counted)
+            self._header(client, db, fresh)
+            listed = await client.sessions()
+            existing = next((s for s in listed.sessions if s.session_id == self.session_id), None)
+            if existing is not None and existing.messages:
+                print(f"context-sidecar replay: error: session {self.session_id!r} already holds "
+                      f"{existing.messages} messages in {db}; pass --session NEW to replay into a new one",
+                      file=sys.stderr)
+                return 1
+            usage: Usage | None = None
+            for turn in self.turns:
+                usage = await self._turn(client, turn, usage)
+            assert usage is not None
+            self._table(usage, time.monotonic() - started)
+        return 0
+
+    def _header(self, client: SidecarClient, db: str, fresh: bool) -> None:
+        with_usage = sum(1 for turn in self.turns if provider_usage(turn.rest))
+        pid = client.process.pid if client.process else "?"
+        where = "a fresh temporary DB, removed at exit" if fresh else "kept"
+        say(f"context-sidecar replay: {self.path.name}, a {self.parsed.format} transcript of "
+            f"{len(self.parsed.messages)} messages in {len(self.turns)} turns ({with_usage} with provider usage)")
+        say(f"  sidecar pid {pid} over stdio, summarizer {client.capabilities.get('summarizer')}; "
+            f"{REPORT_POLICIES[self.report_usage]}")
+        say(f"  storage {db} ({where})")
+        if self.parsed.skipped:
+            say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
+
+    async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
+        """Ingest the user message, assemble as the agent would, ingest the reply, report usage, settle."""
+        await self._ingest(client, turn.opening, first=previous is None)
+        if previous is None:
+            await self._columns(client)
+        assembled = await self._assemble(client)
+        if turn.rest:
+            await self._ingest(client, turn.rest, first=False)
+        await self._report(client, turn)
+        usage = await self._settle(client)
+        self._line(turn, assembled.tokens, usage, previous)
+        return usage
+
+    async def _assemble(self, client: SidecarClient) -> AssembleResult:
+        clock = time.monotonic()
+        assembled = await client.assemble(self.session_id)
+        self.stats.assemble_s += time.monotonic() - clock
+        self.stats.last_sent = (len(assembled.messages), assembled.tokens)
+        return assembled
+
+    async def _report(self, client: SidecarClient, turn: Turn) -> None:
+        """context/reportUsage with the turn's last provider usage, while it describes a prompt the sidecar sends."""
+        reported = provider_usage(turn.rest)
+        if reported is None or self.report_usage == "never":
+            return
+        # The agent assembles before its last call of the turn too; that call is what the provider counted.
+        last_call = await self._assemble(client)
+        if self.report_usage == "auto" and _reshaped(last_call):
+            self.report_usage = "never"
+            self.notes.append(f"from turn {turn.number} on, the transcript's provider usage is not reported: it "
+                              "counts the original agent's prompt, and the sidecar now sends a pruned or compacted one")
+            return
+        await client.report_usage(self.session_id, reported.get("input", 0), reported.get("output", 0),
+                                  reported.get("cacheRead"), reported.get("cacheWrite"))
+        self.stats.reports += 1
+
+    async def _ingest(self, client: SidecarClient, messages: list[Message], first: bool) -> None:
+        info = None
+        if first:
+            facts = self.parsed.session
+            info = SessionInfo(context_window=self.context_window, model=facts.get("model"),
+                               title=facts.get("title") or f"replay of {self.path.name}",
+                               metadata=facts.get("metadata"))
+        clock = time.monotonic()
+        result = await client.ingest(self.session_id, messages, session=info)
+        self.stats.ingest_s += time.monotonic() - clock
+        self.stats.stored += len(result.ids) - result.duplicates
+        self.stats.duplicates += result.duplicates
+
+    async def _settle(self, client: SidecarClient) -> Usage:
+        """Usage once any compaction started by this turn has finished."""
+        clock = time.monotonic()
+        # The first round trip lets the server start the compaction our last message triggered; the second sees it.
+        await client.usage(self.session_id)
+        usage = await client.usage(self.session_id)
+        while usage.state == "compacting":
+            if time.monotonic() - clock > SETTLE_TIMEOUT:
+                raise SidecarRequestError(-32603, f"compaction still running after {SETTLE_TIMEOUT:.0f} s")
+            await asyncio.sleep(POLL_SECONDS)
+            usage = await client.usage(self.session_id)
+        self.stats.wait_s += time.monotonic() - clock
+        return usage
+
+    async def _columns(self, client: SidecarClient) -> None:
+        usage = await client.usage(self.session_id)
+        window_from = "--context-window" if self.context_window else (self.parsed.session.get("model") or "default")
+        say(f"  session {self.session_id}: window {usage.context_window:,} ({window_from}), "
+            f"auto-compaction {self.mode} from {usage.threshold:,} tokens")
+        say()
+        say(" turn  +msgs   sent tokens   context after turn")
+
+    def _compacted(self, params: DidCompactParams) -> None:
+        self.pending.append(params)
+        self.stats.compactions.append(params)
+
+    def _counted(self, usage: Usage) -> None:
+        self.stats.notifications += 1
+
+    def _line(self, turn: Turn, sent: int, usage: Usage, previous: Usage | None) -> None:
+        changed = previous is not None and previous.state != usage.state
+        note = f"   {previous.state} → {usage.state}" if changed and previous else ""
+        if not self.quiet or changed or self.pending or self.notes or previous is None:
+            provider = " provider" if usage.source == "provider" else ""
+            say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}   {usage.tokens:>8,} "
+                f"{usage.percent:>5.1f}%  {usage.state}{provider}{note}")
+        for event in self.pending:
+            summaries = plural(len(event.summary_ids), "new summary", "new summaries")
+            say(f"       ⤷ {event.trigger} {event.mode} compaction: {event.tokens_before:,} → "
+                f"{event.tokens_after:,} tokens, {summaries} in context")
+        for note in self.notes:
+            say(f"       · {note}")
+        self.pending.clear()
+        self.notes.clear()
+
+    def _table(self, usage: Usage, seconds: float) -> None:
+        stats = self.stats
+        before = sum(c.tokens_before for c in stats.compactions)
+        after = sum(c.tokens_after for c in stats.compactions)
+        triggers = ", ".join(sorted({c.trigger for c in stats.compactions})) or "none"
+        sent_messages, sent_tokens = stats.last_sent
+        rows = [
+            ("turns", f"{len(self.turns)}"),
+            ("messages", f"{stats.stored} stored, {stats.duplicates} duplicates"),
+            ("provider usage", f"{stats.reports} reports (context/reportUsage)"),
+            ("compactions", f"{len(stats.compactions)} ({triggers})"
+                            + (f", {before:,} → {after:,} tokens in all" if stats.compactions else "")),
+            ("summaries", f"{usage.summaries}"),
+            ("final context", usage_text(usage)),
+            ("last assemble", f"{sent_messages} messages, {sent_tokens:,} tokens"),
+            ("usage pushes", f"{stats.notifications} context/didChangeUsage"),
+            ("time", f"{seconds:.1f} s (ingest {stats.ingest_s:.1f} s, assemble {stats.assemble_s:.1f} s, "
+                     f"usage and compaction waits {stats.wait_s:.1f} s)"),
+        ]
+        say()
+        say("replay summary")
+        width = max(len(name) for name, _ in rows)
+        for name, value in rows:
+            say(f"  {name:<{width}}  {value}")
