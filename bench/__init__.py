@@ -1,0 +1,1 @@
+"""The context-sidecar benchmark: ``python bench/run.py``; see bench/README.md."""

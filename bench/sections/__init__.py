@@ -1,0 +1,1 @@
+"""Benchmark sections: each is ``async def section(bench: Bench) -> None`` recording figures."""
