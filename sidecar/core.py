@@ -86,6 +86,11 @@ class Sidecar:
             log.info("storage %s opened", path)
         return self._storage
 
+    @property
+    def open_store(self) -> Storage | None:
+        """The store if it is open, without trying to open it."""
+        return self._storage
+
     def close(self) -> None:
         """Checkpoint and close the store, if open."""
         if self._storage is not None:

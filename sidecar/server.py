@@ -158,7 +158,7 @@ class SidecarServer(LanguageServer):
         self._checkpoint = asyncio.get_running_loop().call_later(CHECKPOINT_DELAY, self._idle_checkpoint)
 
     def _idle_checkpoint(self) -> None:
-        store = self.sidecar._storage
+        store = self.sidecar.open_store
         if store is None or self.sidecar.compacting:
             return
         # In a thread: a checkpoint after a bulk load takes seconds and must not stall requests.
