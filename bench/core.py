@@ -38,13 +38,15 @@ class Sizes:
     """Seconds the fake LLM endpoint waits before each compaction reply."""
     pi_messages: int = 0
     """How many messages of the pi session to use; 0 for all of them."""
+    settle: float = 0.5
+    """Seconds to wait before reading the server's memory."""
 
 
 SIZES = {
     "full": Sizes(spawns=5, single=300, small=10_000, grep=100_000, large=1_000_000),
     "quick": Sizes(spawns=5, single=300, small=10_000, grep=100_000, large=100_000),
     "tiny": Sizes(spawns=1, single=30, small=1_000, grep=3_000, large=3_000, assemble_runs=10, grep_runs=5,
-                  prune_runs=10, llm_delay=0.02, pi_messages=200),
+                  prune_runs=5, llm_delay=0.02, pi_messages=200, settle=0.1),
 }
 
 TARGETS: dict[str, tuple[str, float]] = {

@@ -18,7 +18,8 @@ FIGURES = [
     "assemble_large_p99_ms", "assemble_ratio", "grep_p50_ms", "rss_peak_mb",
     *(f"prune_{session}_{state}_p{p}_ms" for session in ("pi", "generated") for state in ("on", "off")
       for p in (50, 99)),
-    "prune_pi_ratio", "prune_generated_ratio",
+    "prune_pi_ratio", "prune_generated_ratio", "prune_pi_off_equal_p50_ms", "prune_generated_off_equal_p50_ms",
+    "prune_pi_ratio_equal", "prune_generated_ratio_equal",
     "compact_tokens_before", "compact_concurrency_ratio",
     *(f"compact_{variant}_{what}" for variant in ("llm1", "llm4", "det")
       for what in ("wall_s", "calls", "rounds", "tokens_after", "db_ms")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import SETTINGS, Bench, ingest_all, merge, progress
+from protocol.types import CompactResult
 from sidecar.client import SidecarClient
 from sidecar.testing import FakeOpenAIServer, Reply
 
@@ -41,8 +43,13 @@ def log_line(path: Path, session_id: str) -> dict[str, str]:
     return found[-1]
 
 
-async def compact_once(bench: Bench, key: str, llm: dict[str, Any]) -> tuple[float, Any, dict[str, str]]:
-    """A fresh server and DB: ingest the pi session, time one `full` compaction; (seconds, result, log fields)."""
+async def compact_once(bench: Bench, key: str, llm: dict[str, Any], previous: asyncio.Task[Any] | None,
+                       ) -> tuple[float, CompactResult, dict[str, str], asyncio.Task[Any]]:
+    """A fresh server and DB: ingest the pi session, time one `full` compaction.
+
+    Returns (seconds, result, log fields, the task closing the server). ``previous`` (the last variant's
+    closing task) overlaps with start-up and ingest, and is awaited before the timed compaction.
+    """
     settings = copy.deepcopy(SETTINGS)
     merge(settings, {"compaction": {"auto": False, "maxTokens": MAX_TOKENS}, "llm": llm})
     log = bench.workdir / f"compact-{key}.log"
@@ -52,20 +59,26 @@ async def compact_once(bench: Bench, key: str, llm: dict[str, Any]) -> tuple[flo
         started = time.perf_counter()
         await ingest_all(client, "pi", bench.pi_messages(), bench.sizes.batch)
         bench.info[f"compact_{key}_ingest_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        if previous is not None:
+            await previous  # nothing else of the benchmark runs while the compaction is timed
         started = time.perf_counter()
         result = await client.compact("pi", mode="full")
         seconds = time.perf_counter() - started
-    finally:
+    except BaseException:
         await client.close(timeout=30)
+        raise
+    closing = asyncio.create_task(client.close(timeout=30))
     if not result.compacted:
+        await closing
         raise RuntimeError(f"full compaction of the pi session did not compact: {result.reason}")
-    return seconds, result, log_line(log, "pi")
+    return seconds, result, log_line(log, "pi"), closing
 
 
 async def compaction(bench: Bench) -> None:
     """`full` compaction of the pi session: LLM at maxConcurrency 1 and 4 (fresh DB each), then deterministic."""
     delay = bench.sizes.llm_delay
     walls: dict[str, float] = {}
+    closing: asyncio.Task[Any] | None = None
     for key, concurrency in VARIANTS:
         with FakeOpenAIServer() as fake:  # one per variant, so max_in_flight and requests are its own
             fake.responder = lambda request: Reply(text=SUMMARY, delay=delay)
@@ -76,7 +89,7 @@ async def compaction(bench: Bench) -> None:
                 llm = {"baseUrl": fake.base_url, "model": "fake-model", "maxConcurrency": concurrency}
                 what = f"LLM {delay * 1000:g} ms/call, maxConcurrency {concurrency}"
             progress(f"compaction: {what}")
-            seconds, result, line = await compact_once(bench, key, llm)
+            seconds, result, line, closing = await compact_once(bench, key, llm, closing)
             if concurrency is not None:
                 bench.info[f"compact_{key}_http_requests"] = len(fake.chat_requests)
                 bench.info[f"compact_{key}_max_in_flight"] = fake.max_in_flight
@@ -94,5 +107,7 @@ async def compaction(bench: Bench) -> None:
         if concurrency == 1:
             # What one call costs beyond the fake endpoint's delay: client, HTTP, streaming, prompt building.
             bench.info["compact_llm1_ms_per_call_beyond_delay"] = round((seconds / max(calls, 1) - delay) * 1000, 1)
+    if closing is not None:
+        await closing
     bench.record("compact_concurrency_ratio", "compaction wall maxConcurrency 4 / 1", walls["llm4"] / walls["llm1"],
                  "x")

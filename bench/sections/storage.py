@@ -47,7 +47,7 @@ async def serve(bench: Bench) -> None:
     if bench.profile:
         command = [sys.executable, "-m", "cProfile", "-o", bench.profile, "-m", "sidecar"]
     bench.client = await SidecarClient.spawn(command, db=bench.db, settings=SETTINGS)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(bench.sizes.settle)
     bench.record("rss_idle_mb", "server RSS after initialize", proc_status(bench.live.process.pid)["VmRSS"],
                  "MiB")
 
@@ -82,7 +82,7 @@ async def large_load(bench: Bench) -> None:
         rate = await load(bench, "large", sizes.large)
         label = f"batch ingest into the {sizes.large:,} session"
         bench.record("ingest_large_msgs_per_s", label, rate, "msg/s")
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(bench.sizes.settle)
     status = proc_status(bench.live.process.pid)
     bench.record("rss_loaded_mb", f"server RSS after the {sizes.large:,} load", status["VmRSS"], "MiB")
 
