@@ -14,7 +14,7 @@ from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
-from sidecar.storage import ItemRow, SessionRow, SummaryRow
+from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import platformdirs
@@ -21,7 +21,10 @@ from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
 from sidecar.models import context_window_for
 from sidecar.settings import Settings
-from sidecar.storage import ItemRow, SessionRow, Storage, StorageFailure, StorageLocked
+from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
+
+if TYPE_CHECKING:
+    from sidecar.storage.database import Storage
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class Sidecar:
         """The open store; opened on first use so a lock held elsewhere is retried on each request."""
         if self._storage is None:
             path = self.storage_path or self.resolve_storage_path(None)
+            from sidecar.storage.database import Storage  # DuckDB loads on first use, not at start-up
+
             try:
                 self._storage = Storage.open(path, self.settings.storage.memory_limit)
             except StorageLocked as error:

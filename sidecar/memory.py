@@ -31,7 +31,7 @@ from sidecar.core import Sidecar
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
 from sidecar.errors import id_not_found, invalid_params
-from sidecar.storage import StoredMessage, SummaryRow
+from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
 
 DEFAULT_TOKEN_CAP = 4000

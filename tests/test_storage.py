@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import duckdb
@@ -37,9 +38,13 @@ async def test_a_second_sidecar_on_the_same_file_gets_32020_with_the_pid(db_path
         await ingest(first, "s", [{"role": "user", "content": "mine"}])
         holder_pid = first._server.pid
         async with running_sidecar(settings=settings_for(db_path)) as second:
-            assert any("locked" in m.message for m in second.messages)
             with pytest.raises(JsonRpcException) as caught:
                 await call(second, methods.MEMORY_SESSIONS, {})
+            for _ in range(100):  # the open after initialize reports the lock with window/showMessage
+                if any("locked" in m.message for m in second.messages):
+                    break
+                await asyncio.sleep(0.02)
+            assert any("locked" in m.message for m in second.messages)
             assert caught.value.code == errors.STORAGE_LOCKED
             assert str(db_path) in caught.value.message
             assert caught.value.data["pid"] == holder_pid

@@ -24,7 +24,7 @@ from sidecar.engine.messages import message_text
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
-from sidecar.storage import SessionRow, StoredMessage, SummaryRow, utcnow
+from sidecar.storage.rows import SessionRow, StoredMessage, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation

@@ -14,13 +14,13 @@ from pygls.exceptions import JsonRpcException
 from protocol import errors as codes
 from protocol import methods
 from protocol.types import CompactParams, CompactResult, DidCompactParams, Usage, WillCompactParams
-from sidecar.compaction.engine import Compaction, Outcome
 from sidecar.errors import SidecarError
-from sidecar.storage import StorageFailure
+from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import Summarizer, SummarizerError
 from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
+    from sidecar.compaction.engine import Outcome
     from sidecar.server import SidecarServer
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class CompactionRunner:
         if session_id in self.sidecar.compacting:
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
+        from sidecar.compaction.engine import Compaction, Outcome  # loaded with the first compaction
+
         self.sidecar.compacting.add(session_id)
         token = params.work_done_token
         try:

@@ -31,12 +31,8 @@ def setup(server: SidecarServer) -> None:
             ls.sidecar.usage_notifications = wanted.get("usageNotifications", True) is not False
             ls.sidecar.compaction_hooks = wanted.get("compactionHooks", False) is True
         path = ls.sidecar.resolve_storage_path(workspace_root(params))
-        try:
-            ls.sidecar.store()
-        except SidecarError as error:
-            # Initialize still succeeds: requests report the lock and retry the open each time.
-            log.warning("%s", error.message)
-            ls.show_message(f"context-sidecar: {error.message}", lsp.MessageType.Error)
+        # Opened just after the reply: importing DuckDB and opening the file need not delay initialize.
+        asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls)
         log.info("initialized with storage %s", path)
         ls.initialized = True
         if summarizer_name(ls.sidecar.settings) == "openai":
@@ -72,6 +68,19 @@ def setup(server: SidecarServer) -> None:
             session = ls.sidecar.store().session(session_id)
             if session is not None:
                 ls.push_usage(ls.sidecar.usage(session))
+
+
+OPEN_DELAY = 0.05
+"""Seconds after initialize at which the store is opened, so that the initialize reply goes first."""
+
+
+def open_store(ls: SidecarServer) -> None:
+    """Open the store now; a lock held elsewhere is shown, and requests retry the open each time."""
+    try:
+        ls.sidecar.store()
+    except SidecarError as error:
+        log.warning("%s", error.message)
+        ls.show_message(f"context-sidecar: {error.message}", lsp.MessageType.Error)
 
 
 def apply_settings(ls: SidecarServer, data: Any) -> None:

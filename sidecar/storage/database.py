@@ -1,0 +1,295 @@
+"""The Storage class: the DuckDB connection, the schema, and the SQL of sessions, context and search."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import duckdb
+
+from sidecar.storage.ingest import IngestWrites
+from sidecar.storage.lineage import LineageQueries
+from sidecar.storage.migrations import MIGRATIONS
+from sidecar.storage.rows import (
+    ItemRow,
+    SearchHit,
+    SessionRow,
+    StorageFailure,
+    StorageLocked,
+    StoredMessage,
+    utcnow,
+)
+
+MEMORY = ":memory:"
+_LOCK_PID = re.compile(r"PID (\d+)")
+MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+_SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow))
+_ITEM_COLUMNS = "position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids"
+
+
+class Storage(IngestWrites, LineageQueries):
+    """A DuckDB database of sessions, messages, summaries and their lineage."""
+
+    def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
+        self._db = db
+        self.path = path
+        self.memory_limit = memory_limit
+        self._next_position = self._scalar(
+            "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
+        )
+        self._next_position = (self._next_position or 0) + 1
+        self.dirty = False
+        self._sessions: dict[str, SessionRow] = {}
+
+    @classmethod
+    def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
+        """Open (creating and migrating) the database at ``path``."""
+        if not MEMORY_LIMIT.fullmatch(memory_limit):
+            raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
+        if path != MEMORY:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            db = duckdb.connect(path, config={"memory_limit": memory_limit, "threads": 2})
+        except duckdb.IOException as error:
+            if "lock" in str(error).lower():
+                match = _LOCK_PID.search(str(error))
+                raise StorageLocked(path, int(match.group(1)) if match else None) from error
+            raise StorageFailure(f"cannot open {path}: {error}") from error
+        except duckdb.Error as error:
+            raise StorageFailure(f"cannot open {path}: {error}") from error
+        # Default 16 MiB checkpoints stall writes; we checkpoint when idle and on close instead.
+        db.execute("SET checkpoint_threshold = '256MB'")
+        db.execute("SET preserve_insertion_order = true")
+        cls._migrate(db)
+        return cls(db, path, memory_limit)
+
+    @staticmethod
+    def _migrate(db: duckdb.DuckDBPyConnection) -> None:
+        db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
+        done = {row[0] for row in db.execute("SELECT name FROM schema_migrations").fetchall()}
+        for name, migration in MIGRATIONS:
+            if name in done:
+                continue
+            db.execute("BEGIN")
+            try:
+                migration(db)
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", [name, utcnow()])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def migrations(self) -> list[str]:
+        """Names of the applied migrations, oldest first."""
+        return [row[0] for row in self._db.execute("SELECT name FROM schema_migrations ORDER BY applied_at, name")
+                .fetchall()]
+
+    def close(self) -> None:
+        """Checkpoint and close."""
+        try:
+            self._db.execute("CHECKPOINT")
+        finally:
+            self._db.close()
+
+    def checkpoint(self, trim_to: str | None = None) -> None:
+        """Fold the WAL into the file; with ``trim_to``, also hand cached pages back. Safe from another thread."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        cursor = self._db.cursor()
+        try:
+            cursor.execute("CHECKPOINT")
+            if trim_to is not None:
+                # DuckDB keeps pages cached up to memory_limit; a brief lower limit evicts them.
+                cursor.execute(f"SET memory_limit = '{trim_to}'")
+                cursor.execute(f"SET memory_limit = '{self.memory_limit}'")
+        finally:
+            cursor.close()
+
+    def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._db.execute(sql, params).fetchall()
+        return rows[0][0] if rows else None
+
+    def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Run statements in one transaction; every result is fetched; rolled back on any error."""
+        results = []
+        with self._transaction():
+            for sql, params in statements:
+                results.append(self._db.execute(sql, params).fetchall())
+        self._sessions.clear()  # callers may have changed any session's row
+        return results
+
+    def allocate_positions(self, count: int) -> int:
+        """Reserve ``count`` consecutive positions; returns the first."""
+        first = self._next_position
+        self._next_position += count
+        return first
+
+    # Sessions
+
+    def session(self, session_id: str) -> SessionRow | None:
+        """The session, or None; cached, since this process is the only writer of the file."""
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            return cached
+        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?",
+                                [session_id]).fetchall()
+        if not rows:
+            return None
+        self._sessions[session_id] = _session(rows[0])
+        return self._sessions[session_id]
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session, most recently updated first."""
+        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC").fetchall()
+        return [_session(row) for row in rows]
+
+    def delete_session(self, session_id: str) -> bool:
+        """Remove every row of the session; whether it existed."""
+        if self.session(session_id) is None:
+            return False
+        self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
+                     for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
+        return True
+
+    def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:
+        """Store provider-reported tokens, valid until the session's next change."""
+        self._write([("UPDATE sessions SET reported_tokens = ?, reported_revision = revision, calibration = ? "
+                      "WHERE session_id = ?", [tokens, calibration, session_id])])
+
+    @contextlib.contextmanager
+    def _transaction(self, raise_constraint: bool = False) -> Iterator[None]:
+        """BEGIN … COMMIT, rolled back on any error; DuckDB's errors raised as StorageFailure."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as error:
+            self._db.execute("ROLLBACK")
+            if raise_constraint and isinstance(error, duckdb.ConstraintException):
+                raise
+            if isinstance(error, duckdb.Error):
+                raise StorageFailure(str(error)) from error
+            raise
+        self.dirty = True
+
+    # The context
+
+    def items(self, session_id: str, after: int | None = None, upto: int | None = None) -> list[ItemRow]:
+        """Context items with ``after < position <= upto``, in order."""
+        sql = f"SELECT {_ITEM_COLUMNS} FROM context_items WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if after is not None:
+            sql += " AND position > ?"
+            params.append(after)
+        if upto is not None:
+            sql += " AND position <= ?"
+            params.append(upto)
+        rows = self._db.execute(sql + " ORDER BY position", params).fetchall()
+        return [ItemRow(*row[:-1], tuple(row[-1]) if row[-1] is not None else None) for row in rows]
+
+    def tail(self, session: SessionRow, min_tokens: int, min_count: int,
+             before: int | None = None) -> tuple[list[ItemRow], bool]:
+        """The newest items (older than ``before``) covering ``min_tokens`` and ``min_count``; and whether
+        they reach the start of the context."""
+        if session.last_position is None:
+            return [], True
+        upto = session.last_position if before is None else before - 1
+        # Positions are global, so a session's items may be spread out; start from its average density.
+        average = session.context_tokens / max(1, session.context_count)
+        span = (session.last_position - (session.first_position or 0) + 1) / max(1, session.context_count)
+        window = int(max(min_tokens / max(average, 1.0), min_count, 64) * 1.25 * span)
+        found: list[ItemRow] = []
+        tokens = 0
+        while True:
+            after = upto - window
+            complete = after < (session.first_position or 0)
+            chunk = self.items(session.session_id, None if complete else after, upto)
+            found = chunk + found
+            tokens += sum(item.tokens for item in chunk)
+            if complete or (tokens >= min_tokens and len(found) >= min_count):
+                return found, complete
+            upto = after
+            window *= 4
+
+    def messages_by_seq(self, session_id: str, seqs: Sequence[int]) -> list[StoredMessage]:
+        """Stored messages at the given positions, in order."""
+        if not seqs:
+            return []
+        rows = self._db.execute(
+            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
+            "WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?::BIGINT[])) ORDER BY seq",
+            [session_id, min(seqs), max(seqs), list(seqs)],
+        ).fetchall()
+        return [StoredMessage(*row) for row in rows]
+
+    def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
+        """Verbatim JSON of messages by seq."""
+        if not seqs:
+            return {}
+        rows = self._db.execute(
+            "SELECT seq, raw FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?))",
+            [session_id, min(seqs), max(seqs), list(seqs)],
+        ).fetchall()
+        return dict(rows)
+
+    # Lookups
+
+    def message(self, session_id: str, message_id: str) -> StoredMessage | None:
+        """A stored message by id."""
+        rows = self._db.execute(
+            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages WHERE session_id = ? AND id = ?",
+            [session_id, message_id],
+        ).fetchall()
+        return StoredMessage(*rows[0]) if rows else None
+
+    def messages_by_id(self, session_id: str, ids: Sequence[str]) -> dict[str, StoredMessage]:
+        """Stored messages by id."""
+        if not ids:
+            return {}
+        rows = self._db.execute(
+            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
+            "WHERE session_id = ? AND id IN (SELECT unnest(?))",
+            [session_id, list(ids)],
+        ).fetchall()
+        return {row[0]: StoredMessage(*row) for row in rows}
+
+    # Search
+
+    def search(self, session_id: str, scope: str, condition: str, pattern: str, limit: int) -> list[SearchHit]:
+        """Messages and/or summaries whose text satisfies ``condition`` (SQL over ``{col}`` and ``?``), newest first."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if scope in ("messages", "both"):
+            parts.append(f"SELECT 'message' AS kind, id, text, seq AS position FROM messages "
+                         f"WHERE session_id = ? AND {condition.format(col='text')}")
+            params += [session_id, pattern]
+        if scope in ("summaries", "both"):
+            parts.append(f"SELECT 'summary' AS kind, id, content AS text, epoch_ms(created_at) AS position "
+                         f"FROM summaries WHERE session_id = ? AND {condition.format(col='content')}")
+            params += [session_id, pattern]
+        sql = " UNION ALL ".join(parts) + " ORDER BY kind = 'summary' DESC, position DESC LIMIT ?"
+        rows = self._db.execute(sql, [*params, limit]).fetchall()
+        return [SearchHit(*row) for row in rows]
+
+    def check_regex(self, pattern: str) -> str | None:
+        """DuckDB's (RE2's) complaint about a regular expression, or None when it compiles."""
+        try:
+            self._db.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+        except duckdb.Error as error:
+            return str(error).splitlines()[0]
+        return None
+
+
+def _session(row: tuple[Any, ...]) -> SessionRow:
+    values = list(row)
+    metadata_index = 4
+    values[metadata_index] = json.loads(values[metadata_index]) if values[metadata_index] else None
+    return SessionRow(*values)
