@@ -46,7 +46,7 @@ def provider_total(messages: list[dict[str, Any]], reply: str) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // 4 + len(reply) // 4
 
 
-def test_the_chat_agent_keeps_its_history_in_the_sidecar_and_compacts_on_request(tmp_path: Path) -> None:
+def test_the_chat_agent_keeps_its_history_in_the_sidecar_compacts_on_request_and_resumes(tmp_path: Path) -> None:
     db = tmp_path / "chat.duckdb"
     turns = [(f"turn {i}: please remember that my name is Ada and the number is 42. " * 3).strip() for i in range(4)]
     with FakeOpenAIServer(responder=reply_to) as server:
@@ -80,13 +80,9 @@ def test_the_chat_agent_keeps_its_history_in_the_sidecar_and_compacts_on_request
     assert len(after) < len(calls[3]) + 2 and after[-1] == {"role": "user", "content": "what is my name?"}
     assert usage[6] == usage[5], "/usage shows the figure of the last turn"
 
-
-def test_a_second_run_continues_the_stored_session(tmp_path: Path) -> None:
-    db = tmp_path / "chat.duckdb"
     with FakeOpenAIServer(responder=reply_to) as server:
-        assert chat(server, db, ["my name is Ada"]).returncode == 0
-        result = chat(server, db, ["what is my name?"])
-        assert result.returncode == 0, result.stderr
-        calls = agent_calls(server)
-    assert [m["content"] for m in calls[1][1:]] == ["my name is Ada", "Noted (2 messages): my name is Ada",
-                                                    "what is my name?"]
+        again = chat(server, db, ["and the number?"])
+        assert again.returncode == 0, again.stderr
+        resumed = agent_calls(server)[0]
+    last_reply = {"role": "assistant", "content": f"Noted ({len(after)} messages): what is my name?"}
+    assert resumed[1:] == [*after[1:], last_reply, {"role": "user", "content": "and the number?"}], "resumed"

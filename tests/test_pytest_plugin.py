@@ -100,5 +100,5 @@ def test_the_plugin_fixtures_in_an_agent_authors_test_suite(pytester: pytest.Pyt
 def test_the_plugin_in_strict_asyncio_mode(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_strict=STRICT)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+    result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
