@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from protocol import errors as codes
 from protocol.types import AssembleResult, DidCompactParams, Message, SessionInfo, Usage
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, ParsedTranscript, parse_transcript
@@ -225,7 +226,8 @@ class _Replay:
         usage = await client.usage(self.session_id)
         while usage.state == "compacting":
             if time.monotonic() - clock > SETTLE_TIMEOUT:
-                raise SidecarRequestError(-32603, f"compaction still running after {SETTLE_TIMEOUT:.0f} s")
+                message = f"compaction still running after {SETTLE_TIMEOUT:.0f} s"
+                raise SidecarRequestError(codes.INTERNAL_ERROR, message)
             await asyncio.sleep(POLL_SECONDS)
             usage = await client.usage(self.session_id)
         self.stats.wait_s += time.monotonic() - clock
