@@ -137,6 +137,7 @@ class _Replay:
         self.notes: list[str] = []
 
     async def run(self, db: str, fresh: bool) -> int:
+        """Spawn the sidecar on ``db``, replay every turn, print the summary; returns the exit code."""
         started = time.monotonic()
         settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}}
         async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=settings) as client:
@@ -183,6 +184,7 @@ class _Replay:
         return usage
 
     async def _assemble(self, client: SidecarClient) -> AssembleResult:
+        """context/assemble with the default budget, as the agent's next call."""
         clock = time.monotonic()
         assembled = await client.assemble(self.session_id)
         self.stats.assemble_s += time.monotonic() - clock
@@ -206,6 +208,7 @@ class _Replay:
         self.stats.reports += 1
 
     async def _ingest(self, client: SidecarClient, messages: list[Message], first: bool) -> None:
+        """memory/ingest; the first one also sets the session's window, model and title."""
         info = None
         if first:
             facts = self.parsed.session
@@ -234,6 +237,7 @@ class _Replay:
         return usage
 
     async def _columns(self, client: SidecarClient) -> None:
+        """The session line and the timeline's column heads, once the session exists."""
         usage = await client.usage(self.session_id)
         window_from = "--context-window" if self.context_window else (self.parsed.session.get("model") or "default")
         say(f"  session {self.session_id}: window {usage.context_window:,} ({window_from}), "
