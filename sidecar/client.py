@@ -199,7 +199,8 @@ class SidecarClient:
             await self._drain()
             return await future
         except asyncio.CancelledError:
-            if not future.done() and self._closed is None:
+            # Awaiting the future cancels it too; a reply would have set a result instead.
+            if (future.cancelled() or not future.done()) and self._closed is None:
                 with contextlib.suppress(Exception):
                     self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
             raise

@@ -144,8 +144,9 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         sample = prompt / basis
         calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
-    # Providers judge overflow on input + cache reads + output; that is the figure reported back.
-    reported = params.input_tokens + counts["cacheReadTokens"] + params.output_tokens
+    # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
+    # freshly cached prompt only there), so they count: 0 from providers that have no such figure.
+    reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))
 

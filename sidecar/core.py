@@ -67,6 +67,8 @@ class Sidecar:
     assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
     """Per session: (revision, uncalibrated tokens) of the last assembled context, the basis of calibration."""
     auto_failed: dict[str, float] = attrs.field(factory=dict)
+    runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
+    """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
     """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
@@ -91,6 +93,14 @@ class Sidecar:
             log.info("storage %s opened", path)
         return self._storage
 
+    def forget(self, session_id: str | None = None) -> None:
+        """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
+        for table in (self.assembled, self.auto_failed, *self.runtime_tables):
+            if session_id is None:
+                table.clear()
+            else:
+                table.pop(session_id, None)
+
     @property
     def open_store(self) -> Storage | None:
         """The store if it is open, without trying to open it."""
@@ -98,9 +108,9 @@ class Sidecar:
 
     def close(self) -> None:
         """Checkpoint and close the store, if open."""
-        if self._storage is not None:
-            self._storage.close()
-            self._storage = None
+        store, self._storage = self._storage, None
+        if store is not None:
+            store.close()
 
     def session(self, session_id: str) -> SessionRow:
         """The session, or -32001."""

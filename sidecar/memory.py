@@ -57,8 +57,8 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     info: dict[str, Any] = {}
     if params.session is not None:
         window = params.session.context_window
-        if window is not None and window <= 0:
-            raise invalid_params("contextWindow must be a positive integer", "session.contextWindow")
+        if window is not None and not 0 < window < 2**31:
+            raise invalid_params("contextWindow must be a positive integer below 2^31", "session.contextWindow")
         info = {"context_window": window, "model": params.session.model, "title": params.session.title,
                 "metadata": params.session.metadata}
     store = sidecar.store()
@@ -239,6 +239,9 @@ def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
         raise invalid_params(str(error), "format") from None
     except (OSError, UnicodeDecodeError) as error:
         raise invalid_params(f"cannot read {str(path)!r}: {error}", "path") from None
+    if not parsed.messages:
+        raise invalid_params(f"no messages could be read from {str(path)!r} as {parsed.format} "
+                             f"({len(parsed.skipped)} lines skipped)", "path")
     session_id = params.session_id or parsed.suggested_session_id or path.stem
     check_session_id(session_id)
     info = parsed.session or {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
@@ -20,6 +22,7 @@ from protocol import methods, types
 from sidecar import __version__
 from sidecar.core import Sidecar, summarizer_name
 from sidecar.errors import SidecarError
+from sidecar.storage.rows import StorageFailure
 from sidecar.transport import FrameReader
 from sidecar.wire import ParamsError, structure, unstructure
 
@@ -48,11 +51,6 @@ CHECKPOINT_DELAY = 5.0
 TRIMMED_MEMORY = "32MB"
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("idle checkpoint failed: %s", task.exception())
-
-
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
     """Copy stdin into ``chunks``; an empty chunk means end of input."""
     while True:
@@ -63,6 +61,23 @@ def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]
         loop.call_soon_threadsafe(chunks.put_nowait, data)
         if not data:
             return
+
+
+def _check_unicode(params: Any) -> None:
+    """ParamsError for strings DuckDB cannot store: lone surrogates, legal in JSON but not in UTF-8."""
+    try:
+        json.dumps(params, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ParamsError(f"contains invalid Unicode (a lone surrogate at {error.start})") from None
+    except (RecursionError, ValueError):
+        raise ParamsError("params nested too deeply") from None
+
+
+def _error_reply(error: BaseException) -> lsp.ResponseError:
+    """How an unexpected exception in a handler is answered: storage failures as -32021, the rest -32603."""
+    if isinstance(error, StorageFailure) or type(error).__module__.startswith(("duckdb", "_duckdb")):
+        return lsp.ResponseError(code=codes.STORAGE_ERROR, message=f"storage error: {error}")
+    return lsp.ResponseError(code=codes.INTERNAL_ERROR, message=f"internal error: {type(error).__name__}: {error}")
 
 
 class SidecarProtocol(LanguageServerProtocol):
@@ -79,6 +94,16 @@ class SidecarProtocol(LanguageServerProtocol):
         if msg_id is None:
             msg_id, self._next_id = self._next_id, self._next_id + 1
         return super().send_request(method, params, callback, msg_id)
+
+    def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
+        error = None if future.cancelled() else future.exception()
+        if error is None or isinstance(error, JsonRpcException):
+            super()._send_handler_result(future, msg_id=msg_id)
+            return
+        # pygls would answer -32603 with the traceback in data; we map storage errors and keep tracebacks in logs.
+        self._request_futures.pop(msg_id, None)
+        log.error("request %s failed", msg_id, exc_info=error)
+        self._send_response(msg_id, error=_error_reply(error))
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams) -> Any:
@@ -161,9 +186,12 @@ class SidecarServer(LanguageServer):
         store = self.sidecar.open_store
         if store is None or self.sidecar.compacting:
             return
-        # In a thread: a checkpoint after a bulk load takes seconds and must not stall requests.
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(store.checkpoint, TRIMMED_MEMORY))
-        task.add_done_callback(_log_failure)
+        # On the loop, not in a thread: DuckDB serialises it with every other statement anyway, and a
+        # checkpoint still running in a thread would collide with shutdown closing the connection.
+        try:
+            store.checkpoint(TRIMMED_MEMORY)
+        except Exception as error:
+            log.warning("idle checkpoint failed, retried after the next write: %s", error)
 
     # Incoming
 
@@ -191,6 +219,9 @@ class SidecarServer(LanguageServer):
                 if reader.discarded:
                     log.warning("skipped %d bytes that were not a message header", reader.discarded)
                     reader.discarded = 0
+                if frame.too_deep_id is not None:
+                    self.reply_error(frame.too_deep_id, codes.INVALID_PARAMS, "invalid params: nested too deeply")
+                    continue
                 if frame.error is not None:
                     log.warning("unreadable message: %s", frame.error)
                     self.reply_error(None, codes.PARSE_ERROR, f"Parse error: {frame.error}")
@@ -276,6 +307,7 @@ class SidecarServer(LanguageServer):
             return
         cls = REQUEST_PARAMS.get(method) or NOTIFICATION_PARAMS[method]
         try:
+            _check_unicode(params)
             value = structure(params, cls)
         except ParamsError as error:
             field = error.field

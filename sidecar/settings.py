@@ -141,13 +141,66 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
+INT_MAX = 2**31 - 1
+RANGES: dict[str, tuple[float, float]] = {
+    "contextWindow": (1, INT_MAX),
+    "compaction.maxTokens": (-1, INT_MAX),
+    "compaction.threshold": (0.01, 1.0),
+    "compaction.reserveTokens": (0, INT_MAX),
+    "compaction.suggestAt": (0.01, 1.0),
+    "compaction.freshTail": (0, 100_000),
+    "compaction.keepRecentTokens": (0, INT_MAX),
+    "compaction.leafChunkSize": (1, 100_000),
+    "compaction.condensedMinFanout": (2, 1_000),
+    "compaction.maxRounds": (1, 1_000),
+    "prune.protectTokens": (0, INT_MAX),
+    "prune.minimumTokens": (0, INT_MAX),
+    "prune.maxTokensPerPart": (1, INT_MAX),
+    "llm.timeoutSeconds": (0.1, 86_400),
+    "llm.maxConcurrency": (1, 256),
+    "llm.temperature": (0.0, 2.0),
+    "llm.maxCallsPerMinute": (1, 100_000),
+}
+"""Allowed ranges, by camelCase path; a value outside is reported and replaced by its default."""
+MODES = ("incremental", "full", "handoff")
+
+
 def read_settings(data: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
     """Settings from client JSON, over ``base``; returns them with the problems found."""
     problems: list[str] = []
     if data is None:
         return base or Settings(), problems
     settings = _read_class(Settings, data, base or Settings(), "", problems)
-    return settings, problems
+    return _check_ranges(settings, problems), problems
+
+
+def _check_ranges(settings: Settings, problems: list[str]) -> Settings:
+    defaults = Settings()
+    for path, (low, high) in RANGES.items():
+        section, _, name = path.rpartition(".")
+        holder = getattr(settings, snake(section)) if section else settings
+        value = getattr(holder, snake(name))
+        if not low <= value <= high:
+            default = getattr(getattr(defaults, snake(section)) if section else defaults, snake(name))
+            problems.append(f"{path}: {value!r} is outside {low:g}..{int(high) if high == int(high) else high}; "
+                            f"using the default {default!r}")
+            settings = _with(settings, section, snake(name), default)
+    if settings.compaction.mode not in MODES:
+        problems.append(f"compaction.mode: {settings.compaction.mode!r} is not one of {', '.join(MODES)}; "
+                        "using the default 'incremental'")
+        settings = _with(settings, "compaction", "mode", "incremental")
+    if settings.storage.memory_limit and not re.fullmatch(
+            r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", settings.storage.memory_limit, re.IGNORECASE):
+        problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is not a size such as '512MB'; "
+                        "using the default '512MB'")
+        settings = _with(settings, "storage", "memory_limit", "512MB")
+    return settings
+
+
+def _with(settings: Settings, section: str, name: str, value: Any) -> Settings:
+    if not section:
+        return attrs.evolve(settings, **{name: value})
+    return attrs.evolve(settings, **{section: attrs.evolve(getattr(settings, section), **{name: value})})
 
 
 def _read_class(cls: type, data: Any, base: Any, path: str, problems: list[str]) -> Any:

@@ -25,6 +25,8 @@ class Frame:
 
     message: Any = None
     error: str | None = None
+    too_deep_id: Any = None
+    """For valid JSON nested too deeply to decode: the request id found by a shallow scan, if any."""
 
 
 @attrs.define
@@ -106,9 +108,24 @@ def _decode(body: bytes) -> Frame:
     try:
         return Frame(message=json.loads(body))
     except RecursionError:
-        return Frame(error="JSON nested too deeply")
+        return Frame(error="JSON nested too deeply", too_deep_id=_shallow_id(body))
     except ValueError as error:
         return Frame(error=f"body is not UTF-8 JSON: {error}")
+
+
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+
+def _shallow_id(body: bytes) -> Any:
+    """The request id of a body too deep to decode, looked for before its params begin."""
+    head = body.split(b'"params"', 1)[0]
+    match = _ID.search(head)
+    if match is None:
+        return None
+    try:
+        return json.loads(match.group(1))
+    except ValueError:
+        return None
 
 
 def encode(message: Any) -> bytes:

@@ -240,3 +240,26 @@ async def test_answers_server_requests() -> None:
     assert await asyncio.wait_for(ask, LIMIT) == {"echo": {"a": 1}}
     server.writer.close()
     await client.close(timeout=1)
+
+
+async def test_cancelling_a_running_compaction_task_leaves_the_session_unchanged(tmp_path: Path) -> None:
+    from sidecar.synthetic import coding_session
+    from sidecar.testing import FakeOpenAIServer, Reply
+
+    with FakeOpenAIServer() as llm:
+        llm.responder = lambda request: Reply(text="slow summary", delay=2.0)
+        settings = {"compaction": {"auto": False},
+                    "llm": {"baseUrl": llm.base_url, "model": "fake-model", "timeoutSeconds": 10}}
+        async with await SidecarClient.spawn(db=str(tmp_path / "c.duckdb"), settings=settings) as client:
+            await client.ingest("s", coding_session(120))
+            before = await client.assemble("s", prune=False)
+            task = asyncio.ensure_future(client.compact("s", mode="full"))
+            while not llm.chat_requests:  # the compaction is under way, waiting on the model
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(2.5)  # long enough for the model's replies, had the server gone on
+            after = await client.assemble("s", prune=False)
+            assert [i.id for i in after.items] == [i.id for i in before.items]
+            assert (await client.usage("s")).summaries == 0

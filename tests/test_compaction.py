@@ -244,6 +244,22 @@ async def test_no_progress_is_not_reported_as_compaction(db_path):
         assert await state(client) == before
 
 
+async def test_a_compaction_that_would_grow_the_pruned_context_is_refused(db_path):
+    big = "x" * 56_000  # ~14k tokens per output: old ones are pruned to placeholders already
+    messages = []
+    for turn in range(10):
+        messages += [{"id": f"u{turn}", "role": "user", "content": f"turn {turn}"},
+                     {"id": f"a{turn}", "role": "assistant", "content": None, "tool_calls": [
+                         {"id": f"c{turn}", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                     {"id": f"t{turn}", "role": "tool", "tool_call_id": f"c{turn}", "content": big}]
+    settings = settings_for(db_path, compaction={**MANUAL, "freshTail": 4, "keepRecentTokens": 0})
+    async with running_sidecar(settings=settings) as client:
+        await ingest(client, "s", messages)
+        for mode in ("incremental", "full", "handoff"):
+            result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": mode})
+            assert not result["compacted"] or result["tokensAfter"] < result["tokensBefore"], result
+
+
 async def test_nothing_to_compact_is_a_result_not_an_error(sidecar):
     await ingest(sidecar, "s", coding_session(10))
     for mode in ("incremental", "full", "handoff"):

@@ -163,6 +163,15 @@ def test_deeply_nested_params_are_invalid_params_not_internal_error(peer):
     assert stored["id"] == 32 and stored["result"]["duplicates"] == 0
 
 
+def test_valid_json_too_deep_to_decode_gets_invalid_params_with_its_id(peer):
+    deep = "[" * 5000 + "]" * 5000
+    body = f'{{"jsonrpc": "2.0", "id": 33, "method": "memory/ingest", "params": {{"sessionId": "s", "x": {deep}}}}}'
+    peer.send(b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+    reply = peer.receive()
+    assert reply["id"] == 33 and reply["error"]["code"] == errors.INVALID_PARAMS
+    assert alive(peer)
+
+
 def test_cancel_sent_with_the_request_cancels_it(peer):
     request = encode({"jsonrpc": "2.0", "id": 40, "method": "memory/ingest",
                       "params": {"sessionId": "s", "messages": [{"role": "user", "content": "hi"}]}})

@@ -107,6 +107,18 @@ async def test_wrong_typed_settings_are_reported_and_defaulted(db_path):
         assert result["usage"]["contextWindow"] == 128000
 
 
+async def test_out_of_range_settings_are_reported_and_defaulted(db_path):
+    settings = settings_for(db_path, compaction={"freshTail": -1, "mode": "bogus", "threshold": 3})
+    async with running_sidecar(settings=settings) as client:
+        await asyncio.sleep(0.1)
+        shown = " ".join(m.message for m in client.messages)
+        for field in ("compaction.freshTail", "compaction.mode", "compaction.threshold"):
+            assert field in shown
+        await ingest(client, "s", [{"role": "user", "content": str(i)} for i in range(30)])
+        assembled = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})  # default freshTail 20 works
+        assert len(assembled["items"]) == 30
+
+
 async def test_did_change_configuration_applies_and_pushes_usage(db_path):
     async with running_sidecar(settings=settings_for(db_path)) as client:
         await ingest(client, "s", [{"role": "user", "content": "x" * 4000}])

@@ -97,6 +97,11 @@ async def test_a_batch_with_one_bad_message_stores_nothing(sidecar, bad, field):
      "session.contextWindow"),
     (methods.MEMORY_INGEST, {"sessionId": "s", "messages": [], "session": {"contextWindow": 0}},
      "session.contextWindow"),
+    (methods.MEMORY_INGEST, {"sessionId": "s", "messages": [], "session": {"contextWindow": 2**40}},
+     "session.contextWindow"),
+    (methods.MEMORY_INGEST, {"sessionId": "s", "messages": [{"role": "user", "content": "bad \ud800 text"}]}, None),
+    (methods.MEMORY_IMPORT, {"path": "/no/such/transcript.jsonl"}, "path"),
+    (methods.MEMORY_IMPORT, {"path": "/etc/hostname", "format": "pi"}, "path"),
     (methods.CONTEXT_ASSEMBLE, {"sessionId": "s1", "budget": "10"}, "budget"),
     (methods.CONTEXT_ASSEMBLE, {"sessionId": "s1", "budget": -1}, "budget"),
     (methods.CONTEXT_ASSEMBLE, {"sessionId": "s1", "freshTail": 1.5}, "freshTail"),
@@ -118,7 +123,7 @@ async def test_ill_typed_params_get_invalid_params_and_change_nothing(sidecar, m
     with pytest.raises(JsonRpcException) as caught:
         await call(sidecar, method, params)
     assert caught.value.code == errors.INVALID_PARAMS
-    assert caught.value.data == {"field": field}
+    assert caught.value.data == ({"field": field} if field else None)
     assert await snapshot(sidecar, "s1") == before
 
 
@@ -212,6 +217,13 @@ async def test_usage_states_and_the_suggest_hint(sidecar):
     assert over["usage"]["state"] in ("compact", "compacting")
     too_big = await ingest(sidecar, "s1", [{"role": "user", "content": "x" * 40_000}])
     assert too_big["usage"]["state"] == "overflow" and too_big["usage"]["percent"] > 100
+
+
+async def test_out_of_range_timestamps_are_kept_without_a_time(sidecar):
+    message = {"id": "old", "role": "user", "content": "x", "metadata": {"timestamp": "0001-01-01T00:00:00+14:00"}}
+    await ingest(sidecar, "s1", [message])
+    described = await call(sidecar, methods.MEMORY_DESCRIBE, {"sessionId": "s1", "id": "old"})
+    assert described["content"] == message and described["earliestAt"].endswith("Z")
 
 
 async def test_content_parts_and_unicode_are_stored_and_counted(sidecar):

@@ -121,9 +121,10 @@ async def test_reported_usage_overrides_until_the_next_change(tmp_path):
                                                              "outputTokens": 100, "cacheReadTokens": 1000,
                                                              "cacheWriteTokens": 50})
         reported = await asyncio.wait_for(waiter, 10)
-        assert reported["source"] == "provider" and reported["tokens"] == 6100  # input + cacheRead + output
+        # input + cacheRead + cacheWrite + output: cache writes are prompt tokens too
+        assert reported["source"] == "provider" and reported["tokens"] == 6150
         usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
-        assert usage["source"] == "provider" and usage["tokens"] == 6100
+        assert usage["source"] == "provider" and usage["tokens"] == 6150
         after = await ingest(client, "s", [{"role": "user", "content": "next"}])
         assert after["usage"]["source"] == "estimate"
 

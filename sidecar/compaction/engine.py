@@ -20,10 +20,12 @@ import attrs
 from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
 from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.core import Sidecar
+from sidecar.engine.assembly import context_total, is_prunable
 from sidecar.engine.messages import message_text
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
+from sidecar.storage.lineage import RemovedTotals
 from sidecar.storage.rows import SessionRow, StoredMessage, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
@@ -74,6 +76,9 @@ class Compaction:
         self.progress = progress or (lambda done, planned: None)
         self.settings = sidecar.settings.compaction
         self.nodes: list[Node] = []
+        self.loaded: list[Node] = []
+        self.calibration = 1.0
+        """The context as read, before any replacement."""
         self.stored_positions: set[int] = set()
         self.messages: dict[str, StoredMessage] = {}
         self.contents: dict[str, str] = {}
@@ -101,18 +106,23 @@ class Compaction:
                            summary_kind=r[6], tool_name=r[7], tool_call_id=r[8],
                            tool_call_ids=tuple(r[9]) if r[9] else None) for r in rows]
         self.stored_positions = {node.position for node in self.nodes}
+        self.calibration = session.calibration
+        self.loaded = list(self.nodes)
         return session
 
     def message_count(self) -> int:
         """Messages and summaries in the current context, as willCompact reports them."""
         return len(self.nodes)
 
-    async def run(self, supplied_summary: str | None = None) -> Outcome:
+    async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None) -> Outcome:
         """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff."""
         session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
-        before = self._db(lambda: self.sidecar.estimated_tokens(session))
+        before = tokens_before if tokens_before is not None else \
+            self._db(lambda: self.sidecar.estimated_tokens(session))
         raw_before = self._virtual_tokens()
-        if supplied_summary is not None or self.mode == "handoff":
+        if supplied_summary is not None:
+            self.mode = "handoff"  # the client's text stands for everything before the tail, as a handoff does
+        if self.mode == "handoff":
             rounds = 1 if await self._handoff(supplied_summary) else 0
         else:
             rounds = await self._dag_rounds(session)
@@ -136,7 +146,9 @@ class Compaction:
                        message_count=len(self.nodes))
 
     def _virtual_tokens(self) -> int:
-        return sum(node.tokens for node in self.nodes)
+        """The in-memory context's size as usage would report it (pruned when pruning is on)."""
+        rule = self.sidecar.prune_rule() if self.sidecar.settings.prune.enabled else None
+        return context_total(self.nodes, rule, self.calibration)
 
     # Leaf and condensed passes
 
@@ -151,7 +163,7 @@ class Compaction:
             rounds += 1
             if not changed or self._virtual_tokens() >= before:
                 break
-            if self.mode != "full" or self._virtual_tokens() * session.calibration < threshold:
+            if self.mode != "full" or self._virtual_tokens() < threshold:
                 break
         return rounds
 
@@ -349,6 +361,11 @@ class Compaction:
         kept = {node.position for node in self.nodes if node.ref_id not in new_ids}
         removed = sorted(self.stored_positions - kept)
         added = [(node.position, node.ref_id, node.tokens) for node in self.nodes if node.ref_id in new_ids]
+        gone = [node for node in self.loaded if node.position not in kept]
+        rule = self.sidecar.prune_rule()
+        prunable = [node for node in gone if is_prunable(node, rule)]
+        totals = RemovedTotals(tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
+                               prunable_tokens=sum(node.tokens for node in prunable))
         store = self.sidecar.store()
         self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, removed, added,
-                                                self.sidecar.prune_signature()))
+                                                totals))

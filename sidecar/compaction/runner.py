@@ -43,6 +43,7 @@ class CompactionRunner:
         """Per session: (not before this monotonic time, the next delay), after a failed auto-compaction."""
         self.idle_at: dict[str, int] = {}
         """Per session: context size at which auto-compaction last found nothing to do."""
+        self.sidecar.runtime_tables += [self.backoff, self.idle_at]
 
     def summarizer(self) -> Summarizer:
         """The summarizer for the current settings, rebuilt when they change."""
@@ -75,7 +76,7 @@ class CompactionRunner:
         token = params.work_done_token
         try:
             compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
-                                    progress=self._progress_reporter(token))
+                                    progress=self._progress_reporter(token, session_id))
             session = compaction.load()
             tokens_before = self.sidecar.estimated_tokens(session)
             supplied, cancelled = await self._ask_client(session_id, mode, trigger, tokens_before,
@@ -83,11 +84,10 @@ class CompactionRunner:
             if cancelled:
                 return self._result(session_id, Outcome(False, mode, tokens_before, tokens_before,
                                                         reason="cancelled by client"))
-            self._push_usage(session_id)
             if token is not None:
                 self._begin_progress(token, mode)
             try:
-                outcome = await compaction.run(supplied)
+                outcome = await compaction.run(supplied, tokens_before)
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}") from error
             except StorageFailure as error:
@@ -99,12 +99,12 @@ class CompactionRunner:
             self._push_usage(session_id)
         self._record_calls(outcome.calls)
         log.info("compaction of %s (%s, %s): %s, %d -> %d tokens, %d calls, %.1f ms in the database",
-                 session_id, mode, trigger, "done" if outcome.compacted else outcome.reason,
+                 session_id, outcome.mode, trigger, "done" if outcome.compacted else outcome.reason,
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
         if outcome.compacted:
             self.server.wrote()
             self.server.protocol.notify(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
-                session_id=session_id, mode=mode, trigger=trigger,  # type: ignore[arg-type]
+                session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after)))
         return self._result(session_id, outcome)
@@ -138,12 +138,18 @@ class CompactionRunner:
         summary = answer.get("summary")
         return (summary if isinstance(summary, str) and summary.strip() else None), False
 
-    def _progress_reporter(self, token: Any) -> Any:
-        if token is None:
-            return None
+    def _progress_reporter(self, token: Any, session_id: str) -> Any:
         progress = self.server.work_done_progress
+        announced = False
 
         def report(done: int, planned: int) -> None:
+            nonlocal announced
+            if not announced:
+                # Only now is there work: a compaction with nothing to do never shows 'compacting'.
+                announced = True
+                self._push_usage(session_id)
+            if token is None:
+                return
             percentage = int(100 * done / planned) if planned else 0
             progress.report(token, lsp.WorkDoneProgressReport(message=f"{done}/{planned} summaries",
                                                                percentage=percentage, cancellable=True))

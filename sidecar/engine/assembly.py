@@ -6,6 +6,7 @@ Pure functions over context items (anything with the attributes of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -90,6 +91,17 @@ def plan_pruning(items: Sequence[Item], rule: PruneRule, older_prunable_tokens: 
     if (total + older_prunable_tokens) * factor > rule.minimum_tokens:
         return frozenset(positions)
     return frozenset()
+
+
+def context_total(items: Sequence[Item], rule: PruneRule | None, factor: float = 1.0) -> int:
+    """Tokens of a whole context as assembled with no budget: calibrated, and pruned when ``rule`` is given."""
+    total = math.ceil(sum(item.tokens for item in items) * factor)
+    if rule is None:
+        return total
+    positions, tokens = prune_candidates(items, rule, factor)
+    if tokens * factor > rule.minimum_tokens:
+        total -= math.ceil(tokens * factor) - len(positions) * rule.placeholder_tokens
+    return total
 
 
 def _units(items: Sequence[Item]) -> tuple[list[list[int]], set[int]]:

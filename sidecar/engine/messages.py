@@ -169,6 +169,9 @@ def _timestamp(value: Any) -> datetime | None:
         except ValueError:
             return None
         if parsed.tzinfo is not None:
-            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+            try:
+                parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+            except OverflowError:
+                return None
         return parsed
     return None

@@ -60,5 +60,6 @@ def setup(server: SidecarServer) -> None:
             raise SidecarError(codes.COMPACTION_RUNNING, "a compaction of this session is running; retry after it")
         result = memory.delete_session(ls.sidecar, params)
         ls.touched_sessions.discard(params.session_id)
+        ls.sidecar.forget(params.session_id)
         ls.wrote()
         return unstructure(result)

@@ -99,19 +99,17 @@ class Storage(IngestWrites, LineageQueries):
             self._db.close()
 
     def checkpoint(self, trim_to: str | None = None) -> None:
-        """Fold the WAL into the file; with ``trim_to``, also hand cached pages back. Safe from another thread."""
+        """Fold the WAL into the file; with ``trim_to``, also hand cached pages back."""
         if not self.dirty:
             return
+        self._db.execute("CHECKPOINT")
         self.dirty = False
-        cursor = self._db.cursor()
-        try:
-            cursor.execute("CHECKPOINT")
-            if trim_to is not None:
-                # DuckDB keeps pages cached up to memory_limit; a brief lower limit evicts them.
-                cursor.execute(f"SET memory_limit = '{trim_to}'")
-                cursor.execute(f"SET memory_limit = '{self.memory_limit}'")
-        finally:
-            cursor.close()
+        if trim_to is not None:
+            # DuckDB keeps pages cached up to memory_limit; a brief lower limit evicts them.
+            try:
+                self._db.execute(f"SET memory_limit = '{trim_to}'")
+            finally:
+                self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self._db.execute(sql, params).fetchall()
@@ -175,6 +173,8 @@ class Storage(IngestWrites, LineageQueries):
             self._db.execute("ROLLBACK")
             if raise_constraint and isinstance(error, duckdb.ConstraintException):
                 raise
+            if isinstance(error, duckdb.ConstraintException) and "changed during compaction" in str(error):
+                raise StorageFailure(str(error)) from error
             if isinstance(error, duckdb.Error):
                 raise StorageFailure(str(error)) from error
             raise

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
+import attrs
 import duckdb
 
-from sidecar.storage.rows import SummaryRow, utcnow
+from sidecar.storage.rows import SessionRow, SummaryRow, utcnow
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
     "summarizer, created_at"
+_SUMMARY_CASTS = ("VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "INTEGER", "BIGINT", "BIGINT", "TIMESTAMP", "TIMESTAMP",
+                  "VARCHAR", "TIMESTAMP")
+
+
+@attrs.define(frozen=True)
+class RemovedTotals:
+    """What the context items a compaction replaces add up to, as the running totals count them."""
+
+    tokens: int
+    prunable_count: int
+    prunable_tokens: int
 
 
 class LineageQueries:
@@ -19,7 +32,8 @@ class LineageQueries:
     _db: duckdb.DuckDBPyConnection
     _scalar: Callable[..., Any]
     _write: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[list[tuple[Any, ...]]]]
-    _prunable_recount: Callable[[str, str], tuple[str, list[Any]]]
+    _transaction: Callable[..., AbstractContextManager[None]]
+    _sessions: dict[str, SessionRow]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
         """Summaries by id."""
@@ -89,57 +103,47 @@ class LineageQueries:
 
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
                          sources: Sequence[tuple[str, int, str, str]], removed: Sequence[int],
-                         added: Sequence[tuple[int, str, int]], prune_rule: str) -> None:
+                         added: Sequence[tuple[int, str, int]], removed_totals: RemovedTotals) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
 
-        ``sources`` are (summary id, order, kind, id); ``removed`` are positions of replaced items;
-        ``added`` are (position, summary id, tokens) of the summary items that take their place.
-        Fails, changing nothing, when a replaced item is no longer in the context.
+        ``sources`` are (summary id, order, kind, id); ``removed`` are positions of replaced items, whose
+        token and prunable totals the caller read with them; ``added`` are (position, summary id, tokens)
+        of the summary items that take their place. Fails, changing nothing, when a replaced item is no
+        longer in the context.
         """
         removed = list(removed)
-        check = (
-            "SELECT CASE WHEN count(*) = ? THEN 0 ELSE error('the context changed during compaction') END "
-            "FROM context_items WHERE session_id = ? AND position IN (SELECT unnest(?::BIGINT[]))",
-            [len(removed), session_id, removed],
-        )
-        statements: list[tuple[str, Sequence[Any]]] = [check]
-        if summaries:
-            columns = _SUMMARY_COLUMNS.split(", ")
-            values = [[getattr(row, column) for row in summaries] for column in columns]
-            casts = ["VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "INTEGER", "BIGINT", "BIGINT", "TIMESTAMP",
-                     "TIMESTAMP", "VARCHAR", "TIMESTAMP"]
-            selects = ", ".join(f"unnest(?::{cast}[])" for cast in casts)
-            statements.append((f"INSERT INTO summaries (session_id, {_SUMMARY_COLUMNS}) SELECT ?, {selects}",
-                               [session_id, *values]))
-        if sources:
-            statements.append((
-                "INSERT INTO summary_sources SELECT ?, unnest(?::VARCHAR[]), unnest(?::INTEGER[]), "
-                "unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
-                [session_id, *[list(column) for column in zip(*sources, strict=True)]],
-            ))
-        statements.append((
-            """
-            UPDATE sessions SET
-                context_tokens = context_tokens - (SELECT coalesce(sum(tokens), 0) FROM context_items
-                    WHERE session_id = ? AND position IN (SELECT unnest(?::BIGINT[]))) + ?,
-                context_count = context_count - ? + ?,
-                summary_count = summary_count + ?,
-                first_position = least(first_position, ?),
-                revision = revision + 1, updated_at = ?
-            WHERE session_id = ?
-            """,
-            [session_id, removed, sum(tokens for _, _, tokens in added), len(removed), len(added), len(summaries),
-             min([p for p, _, _ in added], default=None), utcnow(), session_id],
-        ))
-        statements.append((
-            "DELETE FROM context_items WHERE session_id = ? AND position IN (SELECT unnest(?::BIGINT[]))",
-            [session_id, removed],
-        ))
-        if added:
-            statements.append((
-                "INSERT INTO context_items SELECT ?, unnest(?::BIGINT[]), 'summary', unnest(?::VARCHAR[]), 'user', "
-                "unnest(?::INTEGER[]), NULL, NULL, NULL",
-                [session_id, *[list(column) for column in zip(*added, strict=True)]],
-            ))
-        statements.append(self._prunable_recount(session_id, prune_rule))
-        self._write(statements)
+        with self._transaction():
+            deleted = self._db.execute(
+                "DELETE FROM context_items WHERE session_id = ? AND position IN (SELECT unnest(?::BIGINT[])) "
+                "RETURNING position", [session_id, removed]).fetchall()
+            if len(deleted) != len(removed):
+                raise duckdb.ConstraintException("the context changed during compaction")
+            if summaries:
+                columns = _SUMMARY_COLUMNS.split(", ")
+                values = [[getattr(row, column) for row in summaries] for column in columns]
+                selects = ", ".join(f"unnest(?::{cast}[])" for cast in _SUMMARY_CASTS)
+                self._db.execute(f"INSERT INTO summaries (session_id, {_SUMMARY_COLUMNS}) SELECT ?, {selects}",
+                                 [session_id, *values]).fetchall()
+            if sources:
+                self._db.execute(
+                    "INSERT INTO summary_sources SELECT ?, unnest(?::VARCHAR[]), unnest(?::INTEGER[]), "
+                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+                    [session_id, *[list(column) for column in zip(*sources, strict=True)]]).fetchall()
+            if added:
+                self._db.execute(
+                    "INSERT INTO context_items SELECT ?, unnest(?::BIGINT[]), 'summary', unnest(?::VARCHAR[]), "
+                    "'user', unnest(?::INTEGER[]), NULL, NULL, NULL",
+                    [session_id, *[list(column) for column in zip(*added, strict=True)]]).fetchall()
+            self._db.execute(
+                """
+                UPDATE sessions SET
+                    context_tokens = context_tokens - ? + ?, context_count = context_count - ? + ?,
+                    summary_count = summary_count + ?, prunable_count = prunable_count - ?,
+                    prunable_tokens = prunable_tokens - ?, first_position = least(first_position, ?),
+                    revision = revision + 1, updated_at = ?
+                WHERE session_id = ?
+                """,
+                [removed_totals.tokens, sum(tokens for _, _, tokens in added), len(removed), len(added),
+                 len(summaries), removed_totals.prunable_count, removed_totals.prunable_tokens,
+                 min([p for p, _, _ in added], default=None), utcnow(), session_id]).fetchall()
+        self._sessions.pop(session_id, None)
