@@ -205,7 +205,7 @@ def _with(settings: Settings, section: str, name: str, value: Any) -> Settings:
 
 def _read_class(cls: type, data: Any, base: Any, path: str, problems: list[str]) -> Any:
     if not isinstance(data, dict):
-        problems.append(f"{path or 'settings'}: expected an object, got {_json_type(data)}; using defaults")
+        problems.append(f"{path or 'settings'}: expected an object, got {describe_json(data)}; using defaults")
         return base
     hints = typing.get_type_hints(cls)
     fields = {camel(f.name): f for f in attrs.fields(cls)}
@@ -260,11 +260,12 @@ def _read_model(entry: Any, where: str, problems: list[str]) -> ModelInfo | None
 
 
 def _reject(where: str, value: Any, wanted: str, default: Any, problems: list[str]) -> Any:
-    problems.append(f"{where}: expected {wanted}, got {_json_type(value)}; using the default {default!r}")
+    problems.append(f"{where}: expected {wanted}, got {describe_json(value)}; using the default {default!r}")
     return default
 
 
-def _json_type(value: Any) -> str:
+def describe_json(value: Any) -> str:
+    """A JSON value as an error message names it: ``null``, ``a boolean``, ``the string 'x'``…"""
     if value is None:
         return "null"
     if isinstance(value, bool):

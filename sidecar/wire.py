@@ -14,7 +14,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from sidecar.settings import camel
+from sidecar.settings import camel, describe_json
 
 
 class ParamsError(ValueError):
@@ -30,7 +30,7 @@ def _strict(kind: type) -> Any:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise ParamsError(f"expected {_TYPE_NAMES[kind]}, got {_describe(value)}")
+            raise ParamsError(f"expected {_TYPE_NAMES[kind]}, got {describe_json(value)}")
         return value
 
     return structure
@@ -39,29 +39,15 @@ def _strict(kind: type) -> Any:
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 def _structure_any_dict(value: Any, _: type) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ParamsError(f"expected an object, got {_describe(value)}")
+        raise ParamsError(f"expected an object, got {describe_json(value)}")
     return value
 
 
 def _structure_list(value: Any, cls: type) -> list[Any]:
     if not isinstance(value, list):
-        raise ParamsError(f"expected an array, got {_describe(value)}")
+        raise ParamsError(f"expected an array, got {describe_json(value)}")
     (item_type,) = typing.get_args(cls) or (Any,)
     out = []
     for index, item in enumerate(value):
@@ -96,7 +82,7 @@ def _structure_union(value: Any, cls: type) -> Any:
     if len(errors) == 1:
         raise errors[0]
     names = " or ".join(_TYPE_NAMES.get(a, getattr(a, "__name__", str(a))) for a in args if a is not type(None))
-    raise ParamsError(f"expected {names}, got {_describe(value)}")
+    raise ParamsError(f"expected {names}, got {describe_json(value)}")
 
 
 def _join(head: str, tail: str | None) -> str:
@@ -114,7 +100,7 @@ def _attrs_structure_factory(cls: type) -> Any:
         if value is None and not any(f.default is attrs.NOTHING for f in fields):
             value = {}
         if not isinstance(value, dict):
-            raise ParamsError(f"expected an object, got {_describe(value)}")
+            raise ParamsError(f"expected an object, got {describe_json(value)}")
         kwargs = {}
         for key, field in names.items():
             if key not in value:

@@ -87,8 +87,8 @@ def test_import_with_session_and_format_and_the_errors(tmp_path: Path) -> None:
     assert "no transcript file" in missing.stderr and missing.stdout == ""
     wrong = run("import", sample, "--db", db, "--session", "wrong", "--format", "pi")
     assert wrong.returncode == 1
-    assert "no messages found" in wrong.stderr and "is --format right?" in wrong.stderr
-    assert "skipped line 4: unknown entry type 'user'" in wrong.stdout
+    # A file that yields no messages in the given format is refused by the server, and no session is made.
+    assert "no messages could be read" in wrong.stderr and "as pi" in wrong.stderr
 
 
 @needs_pi

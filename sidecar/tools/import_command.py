@@ -36,10 +36,6 @@ async def _import(path: Path, db: str | None, session: str | None, fmt: str) -> 
     for reason in sorted(result.skipped, key=_line_number):
         say(f"  skipped {reason}")
     say(f"  usage: {usage_text(result.usage)}")
-    if not result.ids:
-        print(f"context-sidecar import: error: no messages found in {path}"
-              + (" (is --format right?)" if fmt != "auto" else ""), file=sys.stderr)
-        return 1
     return 0
 
 
