@@ -67,6 +67,8 @@ class Sidecar:
     assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
     """Per session: (revision, uncalibrated tokens) of the last assembled context, the basis of calibration."""
     auto_failed: dict[str, float] = attrs.field(factory=dict)
+    recent_calls: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """Per session: the tool name of recent tool calls, by call id."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
     """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
@@ -95,7 +97,7 @@ class Sidecar:
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
-        for table in (self.assembled, self.auto_failed, *self.runtime_tables):
+        for table in (self.assembled, self.auto_failed, self.recent_calls, *self.runtime_tables):
             if session_id is None:
                 table.clear()
             else:

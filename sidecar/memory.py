@@ -38,6 +38,8 @@ DEFAULT_TOKEN_CAP = 4000
 DEFAULT_GREP_LIMIT = 20
 MAX_GREP_LIMIT = 1000
 SNIPPET_RADIUS = 80
+RECENT_CALLS = 256
+"""Tool calls remembered per session, by id, to name the tool of the results that follow them."""
 
 
 def check_session_id(session_id: str) -> None:
@@ -64,7 +66,10 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     store = sidecar.store()
     existing = store.session(params.session_id)
     names = _tool_names(params.messages)
+    recent = sidecar.recent_calls.setdefault(params.session_id, {})
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
+    names.update({call_id: recent[call_id] for call_id in pending if call_id in recent})
+    pending = [call_id for call_id in pending if call_id not in names]
     if pending and existing is not None:
         names.update(store.tool_names(params.session_id, pending, existing.last_position))
     max_part = sidecar.settings.prune.max_tokens_per_part
@@ -72,6 +77,10 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     rule = sidecar.prune_rule()
     prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
     ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
+    # Results usually follow their calls by one ingest: remembering the calls spares a query per result.
+    recent.update(_tool_names(params.messages))
+    while len(recent) > RECENT_CALLS:
+        del recent[next(iter(recent))]
     return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(sidecar.session(params.session_id)))
 
 
