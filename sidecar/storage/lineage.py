@@ -113,9 +113,11 @@ class LineageQueries:
         """
         removed = list(removed)
         with self._transaction():
+            # The BETWEEN bounds let zone maps skip every row group outside the replaced span.
             deleted = self._db.execute(
-                "DELETE FROM context_items WHERE session_id = ? AND position IN (SELECT unnest(?::BIGINT[])) "
-                "RETURNING position", [session_id, removed]).fetchall()
+                "DELETE FROM context_items WHERE session_id = ? AND position BETWEEN ? AND ? "
+                "AND position IN (SELECT unnest(?::BIGINT[])) RETURNING position",
+                [session_id, min(removed, default=0), max(removed, default=-1), removed]).fetchall()
             if len(deleted) != len(removed):
                 raise duckdb.ConstraintException("the context changed during compaction")
             if summaries:
