@@ -15,7 +15,7 @@ import platformdirs
 
 from protocol import errors as codes
 from protocol.types import Usage
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
@@ -172,9 +172,7 @@ class Sidecar:
         fetched = [item for item in items if is_prunable(item, rule)]
         count = len(positions) + all_count - len(fetched)
         tokens = candidate_tokens + all_tokens - sum(item.tokens for item in fetched)
-        if tokens * factor > rule.minimum_tokens:
-            total -= math.ceil(tokens * factor) - count * rule.placeholder_tokens
-        return total
+        return pruned_total(total, count, tokens, rule, factor)
 
     def usage(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> Usage:
         """The session's usage figures and state."""

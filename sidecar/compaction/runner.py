@@ -49,7 +49,7 @@ class CompactionRunner:
         """The summarizer for the current settings, rebuilt when they change."""
         from sidecar.summarizers.llm import summarizer_from_settings
 
-        key = (self.sidecar.settings.llm, self.sidecar.settings.llm.api_key_env)
+        key = self.sidecar.settings.llm
         if self._summarizer is None or key != self._summarizer_key:
             self._summarizer = summarizer_from_settings(self.sidecar.settings.llm)
             self._summarizer_key = key

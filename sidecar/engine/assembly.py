@@ -99,8 +99,13 @@ def context_total(items: Sequence[Item], rule: PruneRule | None, factor: float =
     if rule is None:
         return total
     positions, tokens = prune_candidates(items, rule, factor)
-    if tokens * factor > rule.minimum_tokens:
-        total -= math.ceil(tokens * factor) - len(positions) * rule.placeholder_tokens
+    return pruned_total(total, len(positions), tokens, rule, factor)
+
+
+def pruned_total(total: int, candidates: int, candidate_tokens: int, rule: PruneRule, factor: float) -> int:
+    """A calibrated ``total`` with its prune candidates (raw tokens) swapped for placeholders, if they qualify."""
+    if candidate_tokens * factor > rule.minimum_tokens:
+        return total - (math.ceil(candidate_tokens * factor) - candidates * rule.placeholder_tokens)
     return total
 
 
