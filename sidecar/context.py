@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
 
-from protocol.types import AssembleParams, AssembleResult, ContextItem, ReportUsageParams, Usage, UsageParams
+from protocol.types import AssembleParams, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_pruning
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_window
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
 from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
+from sidecar.wire import RawJSON, dumps, unstructure
 
 log = logging.getLogger(__name__)
 
 
-def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult:
-    """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API."""
+def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
+    """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API.
+
+    Returned as the JSON text of an ``AssembleResult``: messages are spliced in as rendered once and kept.
+    """
     session = sidecar.session(params.session_id)
     compaction = sidecar.settings.compaction
     window = sidecar.context_window(session)
@@ -31,83 +34,94 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> AssembleResult
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
-    plan, tail = choose_items(sidecar, session, budget, fresh_tail, prune)
+    plan = choose_items(sidecar, session, budget, fresh_tail, prune)
     messages, items = render(sidecar, session, plan)
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
-    return AssembleResult(
-        messages=messages,
-        items=items,
-        tokens=plan.tokens,
-        dropped=session.context_count - len(items),
-        over_budget=plan.over_budget,
-        usage=sidecar.usage(session, tail=tail if prune else None),  # a pruning fetch covers protectTokens
-    )
+    rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
+            "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
+    return RawJSON(f'{{"messages":[{",".join(messages)}],"items":[{",".join(items)}],{dumps(rest)[1:]}')
 
 
-def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int,
-                 prune: bool) -> tuple[Assembly, tuple[list[ItemRow], bool]]:
-    """Fetch newest items until the budget is covered, then decide pruning and the fill; returns the raw tail too.
+def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:
+    """Read newest items until they surely cover the budget, then decide pruning and the fill.
 
-    Older items than those fetched enter the pruning decision through the session's running totals.
+    Older items than those read enter the pruning decision through the session's running totals.
     """
     store = sidecar.store()
-    rule = sidecar.prune_rule()
+    rule = sidecar.prune_rule() if prune else None
     factor = session.calibration
     want = math.ceil(budget / factor)
-    if prune and session.context_tokens:
-        # Pruned outputs shrink to placeholders, so a budget holds more items: fetch for that at once.
+    if rule is not None and session.context_tokens:
+        # Pruned outputs shrink to placeholders, so a budget holds more items: read for that at once.
         share = min(session.prunable_tokens / session.context_tokens, 0.9)
         want = math.ceil(want / (1 - share))
-    raw, complete = store.tail(session, want + 1, fresh_tail + 1)
+    all_prunable = sidecar.prune_totals(session)[1] if rule is not None else 0
     while True:
-        pruned: frozenset[int] = frozenset()
-        if prune:
-            _, all_tokens = sidecar.prune_totals(session)
-            older = all_tokens - sum(item.tokens for item in raw if is_prunable(item, rule))
-            pruned = plan_pruning(raw, rule, older, factor)
-        plan = assemble(sidecar.calibrated(raw, session), budget, fresh_tail, pruned, rule.placeholder_tokens)
-        if complete or not plan.exhausted:
-            return plan, (raw, complete)
-        older_items, complete = store.tail(session, want + 1, 1, before=raw[0].position)
-        raw = older_items + raw
-        want *= 2
+        raw, complete = store.tail(session, want + 1, fresh_tail + 1)
+        window = plan_window(raw, budget, fresh_tail, rule, all_prunable, factor)
+        if window.covered or complete:
+            needed = raw[window.start:]
+            placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
+            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder)
+        want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
-def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[dict[str, Any]], list[ContextItem]]:
-    """OpenAI messages for the chosen items, and the items beside them."""
+def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[str], list[str]]:
+    """The chosen items as OpenAI messages and as ``items`` entries, each as JSON text."""
     store = sidecar.store()
+    rendered = sidecar.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
-    raws = store.message_raws(session.session_id, [i.position for i in chosen if i.kind == "message"])
     summaries = store.summaries(session.session_id, [i.ref_id for i in chosen if i.kind == "summary"])
-    messages: list[dict[str, Any]] = []
-    items: list[ContextItem] = []
+    messages: list[str] = []
+    items: list[str] = []
+    missing: list[tuple[int, ItemRow]] = []
     for item in chosen:
         if item.kind == "summary":
-            messages.append({"role": "user", "content": render_stored_summary(summaries[item.ref_id])})
-            items.append(ContextItem(kind="summary", id=item.ref_id, tokens=item.tokens))
+            messages.append(dumps({"role": "user", "content": render_stored_summary(summaries[item.ref_id])}))
+            items.append(f'{{"kind":"summary","id":{dumps(item.ref_id)},"tokens":{item.tokens}}}')
             continue
-        message = openai_view(raws[item.position])
         pruned = item.position in plan.pruned
-        if pruned:
-            message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
-        if item.position in plan.answered:
-            keep = plan.answered[item.position]
-            calls = [call for call in message.get("tool_calls") or () if call["id"] in keep]
-            if calls:
-                message["tool_calls"] = calls
-            else:
-                message.pop("tool_calls", None)
-                if not message.get("content"):
-                    continue  # nothing left to send: a call whose results are not stored yet
-        messages.append(message)
-        items.append(ContextItem(kind="message", id=item.ref_id, tokens=plan_tokens(item, plan),
-                                 pruned=True if pruned else None))
+        entry = None if item.position in plan.answered else rendered.get(item.position, pruned)
+        tail = f'{PLACEHOLDER_TOKENS},"pruned":true}}' if pruned else f"{item.tokens}}}"
+        if entry is None:
+            missing.append((len(messages), item))
+            messages.append("")
+            items.append(tail)
+        else:
+            messages.append(entry[0])
+            items.append(entry[1] + tail)
+    if missing:
+        _render_missing(sidecar, session, plan, messages, items, missing)
+    # A call left with no results and no text renders as nothing: drop it and its entry.
+    keep = [index for index, text in enumerate(messages) if text]
+    if len(keep) != len(messages):
+        messages, items = [messages[i] for i in keep], [items[i] for i in keep]
     return messages, items
 
 
-def plan_tokens(item: ItemRow, plan: Assembly) -> int:
-    """An item's tokens as assembled (the placeholder's when pruned)."""
-    return PLACEHOLDER_TOKENS if item.position in plan.pruned else item.tokens
+def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[str], items: list[str],
+                    missing: list[tuple[int, ItemRow]]) -> None:
+    """Render, from the stored JSON, messages not kept rendered and those whose tool calls are trimmed."""
+    raws = sidecar.store().message_raws(session.session_id, [item.position for _, item in missing])
+    for index, item in missing:
+        pruned = item.position in plan.pruned
+        message = openai_view(raws[item.position])
+        if pruned:
+            message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
+        head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
+        items[index] = head + items[index]
+        if item.position not in plan.answered:
+            messages[index] = sidecar.rendered.put(item.position, pruned, dumps(message), head)[0]
+            continue
+        keep = plan.answered[item.position]
+        calls = [call for call in message.get("tool_calls") or () if call["id"] in keep]
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+            if not message.get("content"):
+                continue  # nothing left to send: a call whose results are not stored yet
+        messages[index] = dumps(message)
 
 
 def render_stored_summary(summary: SummaryRow) -> str:

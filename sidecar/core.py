@@ -16,6 +16,7 @@ import platformdirs
 from protocol import errors as codes
 from protocol.types import Usage
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
+from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
@@ -69,6 +70,8 @@ class Sidecar:
     auto_failed: dict[str, float] = attrs.field(factory=dict)
     recent_calls: dict[str, dict[str, str]] = attrs.field(factory=dict)
     """Per session: the tool name of recent tool calls, by call id."""
+    rendered: RenderedMessages = attrs.field(factory=RenderedMessages)
+    """Assembled messages as JSON text, reused while they stay in the context."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
     """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
@@ -97,6 +100,8 @@ class Sidecar:
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
+        if session_id is None:
+            self.rendered.clear()
         for table in (self.assembled, self.auto_failed, self.recent_calls, *self.runtime_tables):
             if session_id is None:
                 table.clear()

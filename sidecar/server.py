@@ -24,7 +24,7 @@ from sidecar.core import Sidecar, summarizer_name
 from sidecar.errors import SidecarError
 from sidecar.storage.rows import StorageFailure
 from sidecar.transport import FrameReader
-from sidecar.wire import ParamsError, structure, unstructure
+from sidecar.wire import ParamsError, RawJSON, dumps, structure, unstructure
 
 if TYPE_CHECKING:
     from sidecar.compaction.runner import CompactionRunner
@@ -97,6 +97,13 @@ class SidecarProtocol(LanguageServerProtocol):
 
     def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
         error = None if future.cancelled() else future.exception()
+        if error is None and not future.cancelled() and isinstance(future.result(), (dict, RawJSON)):
+            # Our handlers return plain JSON data or text: written directly, without pygls walking it with cattrs.
+            self._request_futures.pop(msg_id, None)
+            result = future.result()
+            text = result if isinstance(result, RawJSON) else dumps(result)
+            self.send_text(f'{{"jsonrpc":"2.0","id":{dumps(msg_id)},"result":{text}}}')
+            return
         if error is None or isinstance(error, JsonRpcException):
             super()._send_handler_result(future, msg_id=msg_id)
             return
@@ -104,6 +111,15 @@ class SidecarProtocol(LanguageServerProtocol):
         self._request_futures.pop(msg_id, None)
         log.error("request %s failed", msg_id, exc_info=error)
         self._send_response(msg_id, error=_error_reply(error))
+
+    def send_text(self, body: str) -> None:
+        """Write one message, already JSON text, with its header."""
+        # Lone surrogates can only sit inside JSON strings, where \uXXXX is their valid escape.
+        data = body.encode("utf-8", "backslashreplace")
+        try:
+            self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+        except Exception:
+            log.exception("failed to send a message")
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams) -> Any:

@@ -6,6 +6,7 @@ ill-typed params are rejected with the path of the first bad field.
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any
@@ -23,6 +24,15 @@ class ParamsError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class RawJSON(str):
+    """Text that is already JSON: a handler's result written into the reply as it is, not encoded again."""
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, non-ASCII kept as is (the wire is UTF-8)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _strict(kind: type) -> Any:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import methods
-from sidecar.engine.assembly import assemble
+from sidecar.engine.assembly import PruneRule, assemble, is_prunable, plan_pruning, plan_window
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest
 from tests.helpers.openai_checks import assert_valid_openai_sequence
@@ -77,6 +79,76 @@ def test_assembly_rules_hold_for_any_context(items, budget, fresh_tail):
             answered = {i.tool_call_id for i in chosen if i.role == "tool"}
             keep = plan.answered.get(item.position, frozenset(item.tool_call_ids))
             assert keep == frozenset(c for c in item.tool_call_ids if c in answered)
+
+
+def _reference_assemble(items, budget, fresh_tail, pruned, placeholder):
+    """The assembly rules written plainly, without regard to speed: what ``assemble`` must agree with."""
+    units, owner_of, orphans = [], {}, set()
+    for index, item in enumerate(items):
+        if item.kind == "message" and item.role == "tool":
+            owner = owner_of.get(item.tool_call_id)
+            if owner is None:
+                orphans.add(index)
+            else:
+                units[owner].append(index)
+            continue
+        units.append([index])
+        for call_id in item.tool_call_ids or ():
+            owner_of[call_id] = len(units) - 1
+    cost = [sum(placeholder if items[i].position in pruned else items[i].tokens for i in unit) for unit in units]
+    messages = [i for i, item in enumerate(items) if item.kind == "message" and i not in orphans]
+    tail = len(units)
+    if fresh_tail and messages:
+        first = messages[max(0, len(messages) - fresh_tail)]
+        tail = min(u for u, unit in enumerate(units) if max(unit) >= first)
+    chosen_units = list(range(tail, len(units)))
+    tokens = sum(cost[u] for u in chosen_units)
+    if tokens <= budget:
+        for u in range(tail - 1, -1, -1):
+            if tokens + cost[u] > budget:
+                break
+            tokens += cost[u]
+            chosen_units.append(u)
+    return sorted(items[i].position for u in chosen_units for i in units[u]), tokens
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8), data=st.data())
+def test_assemble_agrees_with_the_plain_reference(items, budget, fresh_tail, data):
+    tools = [item.position for item in items if item.role == "tool"]
+    pruned = frozenset(data.draw(st.lists(st.sampled_from(tools), unique=True))) if tools else frozenset()
+    plan = assemble(items, budget, fresh_tail, pruned, 7)
+    positions, tokens = _reference_assemble(items, budget, fresh_tail, pruned, 7)
+    assert [item.position for item in plan.chosen] == positions
+    assert plan.tokens == tokens
+    assert plan.pruned == pruned & set(positions)
+
+
+def _calibrated(items, factor):
+    return [attrs.evolve(item, tokens=math.ceil(item.tokens * factor)) for item in items]
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8),
+       protect=st.integers(0, 1500), minimum=st.integers(0, 1500), older=st.integers(0, 2000),
+       factor=st.sampled_from([1.0, 0.6, 1.7]), prune=st.booleans())
+def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget, fresh_tail, protect, minimum,
+                                                                   older, factor, prune):
+    rule = PruneRule(protect, minimum, frozenset({"skill"}), 7) if prune else None
+    in_items = sum(item.tokens for item in items if rule and is_prunable(item, rule))
+    pruned = plan_pruning(items, rule, older, factor) if rule else frozenset()
+    whole = assemble(_calibrated(items, factor), budget, fresh_tail, pruned, 7)
+
+    window = plan_window(items, budget, fresh_tail, rule, older + in_items, factor)
+    part = assemble(_calibrated(items[window.start:], factor), budget, fresh_tail, window.pruned, 7)
+
+    assert [i.position for i in part.chosen] == [i.position for i in whole.chosen]
+    assert (part.tokens, part.over_budget, part.pruned, part.answered) == \
+        (whole.tokens, whole.over_budget, whole.pruned, whole.answered)
+    if window.covered:
+        assert not part.exhausted
+    else:
+        assert window.start == 0
 
 
 def _call_ids(items) -> set[str]:

@@ -50,11 +50,6 @@ class PruneRule:
     placeholder_tokens: int
 
 
-def item_cost(item: Item, pruned: frozenset[int] | set[int], placeholder_tokens: int) -> int:
-    """Tokens an item takes in the assembled context."""
-    return placeholder_tokens if item.position in pruned else item.tokens
-
-
 def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0) -> tuple[list[int], int]:
     """Tool outputs older than the protected window that may be pruned: (positions, their raw tokens).
 
@@ -81,7 +76,10 @@ def is_prunable_output(role: str, tokens: int, tool_name: str | None, rule: Prun
     """A tool output of an unprotected tool, larger than its placeholder."""
     if role != "tool" or tokens <= rule.placeholder_tokens:
         return False
-    return not (set((tool_name or "").split(",")) & rule.protected_tools)
+    names = tool_name or ""
+    if "," not in names:
+        return names not in rule.protected_tools
+    return not (set(names.split(",")) & rule.protected_tools)
 
 
 def plan_pruning(items: Sequence[Item], rule: PruneRule, older_prunable_tokens: int = 0,
@@ -109,23 +107,76 @@ def pruned_total(total: int, candidates: int, candidate_tokens: int, rule: Prune
     return total
 
 
-def _units(items: Sequence[Item]) -> tuple[list[list[int]], set[int]]:
-    """Group item indexes into atomic units (an assistant with its tool results); and orphan tool indexes."""
-    units: list[list[int]] = []
-    unit_of_call: dict[str, int] = {}
-    orphans: set[int] = set()
-    for index, item in enumerate(items):
-        if item.kind == "message" and item.role == "tool":
-            owner = unit_of_call.get(item.tool_call_id or "")
-            if owner is None:
-                orphans.add(index)
-            else:
-                units[owner].append(index)
-            continue
-        units.append([index])
-        for call_id in item.tool_call_ids or ():
-            unit_of_call[call_id] = len(units) - 1
-    return units, orphans
+ORPHAN_AFTER = 256
+"""Items scanned past a tool result without meeting its call, after which ``plan_window`` calls it an orphan."""
+
+
+@attrs.define(frozen=True)
+class Window:
+    """The newest items an assembly needs, and which of them to prune."""
+
+    start: int
+    """Index of the first needed item: ``assemble(items[start:], …)`` chooses what it would over all items."""
+
+    pruned: frozenset[int]
+    """Positions of tool outputs to prune, among the needed items."""
+
+    covered: bool
+    """The needed items end before ``items`` do; when false, older items than those given may be needed."""
+
+
+def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: PruneRule | None,
+                all_prunable_tokens: int = 0, factor: float = 1.0) -> Window:
+    """One backward scan: decide pruning as ``plan_pruning`` would, and stop once the budget is surely spent.
+
+    ``items`` are a chronological suffix of the context with raw estimates, ``all_prunable_tokens`` the raw
+    tokens of every prunable output in the whole context. The window ends at a unit boundary past the
+    budget and the fresh tail, so the fill stops inside it; a tool result whose call is not met within
+    ``ORPHAN_AFTER`` items is taken for an orphan.
+    """
+    newer = 0.0
+    protected_prunable = 0
+    decided = rule is None
+    prune = False
+    placeholder = rule.placeholder_tokens if rule is not None else 0
+    cost = 0
+    messages = 0
+    pending: dict[str, int] = {}
+    pruned: list[int] = []
+    calibrate = abs(factor - 1.0) >= 1e-9
+    # One pass, written for speed: assemble calls this on every request over about a budget's worth of items.
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        tokens = item.tokens
+        if not decided and newer >= rule.protect_tokens:  # type: ignore[union-attr]
+            decided = True
+            prune = (all_prunable_tokens - protected_prunable) * factor > rule.minimum_tokens  # type: ignore[union-attr]
+        newer += tokens * factor
+        is_tool = item.role == "tool" and item.kind == "message"
+        if is_tool and rule is not None and is_prunable_output("tool", tokens, item.tool_name, rule):
+            if not decided:
+                protected_prunable += tokens
+            elif prune:
+                pruned.append(item.position)
+                cost += placeholder
+                tokens = -1
+        if tokens >= 0:
+            cost += math.ceil(tokens * factor) if calibrate else tokens
+        if item.kind == "message":
+            messages += 1
+        if is_tool:
+            pending[item.tool_call_id or ""] = index
+        elif item.tool_call_ids and pending:
+            for call_id in item.tool_call_ids:
+                pending.pop(call_id, None)
+        if pending:
+            if index < min(pending.values()) - ORPHAN_AFTER:
+                kept = {call_id: seen for call_id, seen in pending.items() if seen - index <= ORPHAN_AFTER}
+                messages -= len(pending) - len(kept)  # orphans are not chosen, nor counted in the fresh tail
+                pending = kept
+        elif cost > budget and messages >= fresh_tail and not is_tool:
+            return Window(index, frozenset(pruned), True)
+    return Window(0, frozenset(pruned), False)
 
 
 def assemble(
@@ -137,36 +188,52 @@ def assemble(
 ) -> Assembly:
     """Fresh tail first, then older units newest first while they fit; never splits a tool call from its results.
 
-    ``items`` are chronological. Orphan tool outputs (no call among the items) are never chosen.
+    ``items`` are chronological. A unit is a message or summary with the tool results answering its calls;
+    orphan tool outputs (no call among the items) are never chosen.
     """
-    units, orphans = _units(items)
-    unit_cost = [sum(item_cost(items[i], pruned, placeholder_tokens) for i in unit) for unit in units]
+    units: list[list[int]] = []
+    costs: list[int] = []
+    unit_of_call: dict[str, int] = {}
+    message_indexes: list[int] = []
+    for index, item in enumerate(items):
+        cost = placeholder_tokens if item.position in pruned else item.tokens
+        if item.role == "tool" and item.kind == "message":
+            owner = unit_of_call.get(item.tool_call_id or "")
+            if owner is not None:
+                units[owner].append(index)
+                costs[owner] += cost
+                message_indexes.append(index)
+            continue
+        if item.kind == "message":
+            message_indexes.append(index)
+        for call_id in item.tool_call_ids or ():
+            unit_of_call[call_id] = len(units)
+        units.append([index])
+        costs.append(cost)
 
-    message_indexes = [i for i, item in enumerate(items) if item.kind == "message" and i not in orphans]
     tail_start = len(units)
     if fresh_tail > 0 and message_indexes:
         first_tail_item = message_indexes[max(0, len(message_indexes) - fresh_tail)]
-        tail_start = next(u for u, unit in enumerate(units) if max(unit) >= first_tail_item)
+        # Members are appended in order, so a unit's last index is its newest.
+        tail_start = next(u for u, unit in enumerate(units) if unit[-1] >= first_tail_item)
 
-    chosen_units = list(range(tail_start, len(units)))
-    tokens = sum(unit_cost[u] for u in chosen_units)
+    tokens = sum(costs[tail_start:])
     over_budget = tokens > budget
     exhausted = not over_budget
+    first_chosen = tail_start
     if not over_budget:
         for u in range(tail_start - 1, -1, -1):
-            if tokens + unit_cost[u] > budget:
+            if tokens + costs[u] > budget:
                 exhausted = False
                 break
-            tokens += unit_cost[u]
-            chosen_units.append(u)
+            tokens += costs[u]
+            first_chosen = u
 
-    chosen_indexes = sorted(i for u in chosen_units for i in units[u])
-    chosen = [items[i] for i in chosen_indexes]
-    answered = _answered_calls(chosen)
+    chosen = [items[i] for i in sorted(i for unit in units[first_chosen:] for i in unit)]
     return Assembly(
         chosen=chosen,
-        pruned=pruned & {item.position for item in chosen},
-        answered=answered,
+        pruned=frozenset(item.position for item in chosen if item.position in pruned) if pruned else pruned,
+        answered=_answered_calls(chosen),
         tokens=tokens,
         over_budget=over_budget,
         exhausted=exhausted,

@@ -153,6 +153,37 @@ def openai_view(raw: str) -> dict[str, Any]:
     return {key: message[key] for key in OPENAI_FIELDS if key in message}
 
 
+class RenderedMessages:
+    """Assembled messages as JSON text, by (position, pruned), bounded by total size.
+
+    Stored messages never change and positions are never reused, so an entry stays true while it is kept.
+    Each entry is the message's text and the start of its entry in ``items``, up to its token count.
+    """
+
+    def __init__(self, max_chars: int = 16 * 1024 * 1024) -> None:
+        self._texts: dict[tuple[int, bool], tuple[str, str]] = {}
+        self._chars = 0
+        self.max_chars = max_chars
+
+    def get(self, position: int, pruned: bool) -> tuple[str, str] | None:
+        """The rendered message and item head, if kept."""
+        return self._texts.get((position, pruned))
+
+    def put(self, position: int, pruned: bool, message: str, item_head: str) -> tuple[str, str]:
+        """Keep a rendering, evicting the oldest kept when over the bound; returns it."""
+        entry = self._texts[(position, pruned)] = (message, item_head)
+        self._chars += len(message) + len(item_head)
+        while self._chars > self.max_chars and self._texts:
+            old_message, old_head = self._texts.pop(next(iter(self._texts)))
+            self._chars -= len(old_message) + len(old_head)
+        return entry
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self._texts.clear()
+        self._chars = 0
+
+
 def _timestamp(value: Any) -> datetime | None:
     """A message's own time from metadata: ISO-8601 text or epoch milliseconds."""
     if isinstance(value, bool):

@@ -16,7 +16,7 @@ def setup(server: SidecarServer) -> None:
 
     @server.feature(methods.CONTEXT_ASSEMBLE)
     async def assemble(ls: SidecarServer, params: AssembleParams) -> Any:
-        return unstructure(context.assemble_context(ls.sidecar, params))
+        return context.assemble_context(ls.sidecar, params)
 
     @server.feature(methods.CONTEXT_USAGE)
     async def usage(ls: SidecarServer, params: UsageParams) -> Any:

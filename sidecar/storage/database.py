@@ -24,6 +24,7 @@ from sidecar.storage.rows import (
     StoredMessage,
     utcnow,
 )
+from sidecar.storage.tail import TailCache
 
 MEMORY = ":memory:"
 _LOCK_PID = re.compile(r"PID (\d+)")
@@ -47,6 +48,7 @@ class Storage(IngestWrites, LineageQueries):
         self._next_position = (self._next_position or 0) + 1
         self.dirty = False
         self._sessions: dict[str, SessionRow] = {}
+        self._tails = TailCache()
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
@@ -153,6 +155,7 @@ class Storage(IngestWrites, LineageQueries):
         """Remove every row of the session; whether it existed."""
         if self.session(session_id) is None:
             return False
+        self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
         return True
@@ -201,6 +204,10 @@ class Storage(IngestWrites, LineageQueries):
         they reach the start of the context."""
         if session.last_position is None:
             return [], True
+        if before is None:
+            cached = self._tails.get(session.session_id, session.revision, min_tokens, min_count)
+            if cached is not None:
+                return cached
         upto = session.last_position if before is None else before - 1
         # Positions are global, so a session's items may be spread out; start from its average density.
         average = session.context_tokens / max(1, session.context_count)
@@ -215,6 +222,8 @@ class Storage(IngestWrites, LineageQueries):
             found = chunk + found
             tokens += sum(item.tokens for item in chunk)
             if complete or (tokens >= min_tokens and len(found) >= min_count):
+                if before is None:
+                    self._tails.put(session.session_id, session.revision, found, complete)
                 return found, complete
             upto = after
             window *= 4

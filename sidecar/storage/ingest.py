@@ -13,7 +13,8 @@ import attrs
 import duckdb
 
 from sidecar.engine.messages import MessageRow
-from sidecar.storage.rows import SessionRow, utcnow
+from sidecar.storage.rows import ItemRow, SessionRow, utcnow
+from sidecar.storage.tail import TailCache
 
 
 class IngestWrites:
@@ -21,6 +22,7 @@ class IngestWrites:
 
     _db: duckdb.DuckDBPyConnection
     _sessions: dict[str, SessionRow]
+    _tails: TailCache
     allocate_positions: Callable[[int], int]
     session: Callable[[str], SessionRow | None]
     _transaction: Callable[..., AbstractContextManager[None]]
@@ -101,6 +103,11 @@ class IngestWrites:
             recount = session is None or session.prunable_rule != prune_rule
             if recount:
                 self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
+        if session is not None and kept:
+            self._tails.append(session_id, session.revision, session.revision + 1, [
+                ItemRow(seq, "message", msg_id, row.role, row.tokens, row.tool_name, row.tool_call_id,
+                        tuple(row.tool_call_ids) if row.tool_call_ids is not None else None)
+                for seq, msg_id, row, _ in kept])
         if session is not None and not recount and not any(value is not None for value in info.values()):
             self._sessions[session_id] = attrs.evolve(
                 session, message_count=session.message_count + len(kept),
