@@ -120,19 +120,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(db: str | None, client_process_id: int | None) -> int:
     """Serve the protocol on stdio until ``exit``; returns the exit code."""
-    from sidecar.core import Sidecar
-    from sidecar.features import setup
-    from sidecar.server import SidecarServer
+    from sidecar import early as early_start
 
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
+    early = early_start.start(sys.stdin.buffer.fileno(), stdout, db)
+
+    from sidecar.core import Sidecar
+    from sidecar.features import setup  # waits for the thread importing it
+    from sidecar.server import SidecarServer
+
     server = SidecarServer(Sidecar(storage_path=db))
     setup(server)
 
     async def run() -> int:
         if client_process_id:
             asyncio.get_running_loop().create_task(_watch_parent(client_process_id))
-        return await server.serve(sys.stdin.buffer, stdout)
+        return await server.serve(sys.stdin.buffer, stdout, early)
 
     return asyncio.run(run())
 

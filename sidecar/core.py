@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import platformdirs
 
 from protocol import errors as codes
 from protocol.types import Usage
@@ -21,6 +17,7 @@ from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
 from sidecar.models import context_window_for
+from sidecar.paths import default_storage_path
 from sidecar.settings import Settings
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
 
@@ -31,25 +28,6 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER_TOKENS = estimate_text_tokens(PRUNED_PLACEHOLDER + " (id msg_00000000000000000000000000000000)") \
     + MESSAGE_OVERHEAD_TOKENS
-
-
-def default_storage_path(workspace_root: str | None) -> str:
-    """The per-user database, or one per workspace when the client names a root."""
-    base = Path(platformdirs.user_data_dir("context-sidecar", appauthor=False))
-    if not workspace_root:
-        return str(base / "memory.duckdb")
-    root = os.path.abspath(workspace_root)
-    digest = hashlib.sha256(root.encode()).hexdigest()[:12]
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(root) or "root")
-    return str(base / "workspaces" / f"{name}-{digest}.duckdb")
-
-
-def summarizer_name(settings: Settings) -> str:
-    """``openai`` when an LLM is usable (a model, and a key or a base URL), else ``deterministic``."""
-    llm = settings.llm
-    if llm.model and (os.environ.get(llm.api_key_env) or llm.base_url):
-        return "openai"
-    return "deterministic"
 
 
 @attrs.define

@@ -20,14 +20,16 @@ from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
 from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
-from sidecar.core import Sidecar, summarizer_name
+from sidecar.core import Sidecar
 from sidecar.errors import SidecarError
+from sidecar.settings import summarizer_name
 from sidecar.storage.rows import StorageFailure
-from sidecar.transport import FrameReader
+from sidecar.transport import Frame, FrameReader
 from sidecar.wire import ParamsError, RawJSON, dumps, structure, unstructure
 
 if TYPE_CHECKING:
     from sidecar.compaction.runner import CompactionRunner
+    from sidecar.early import EarlyStart
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class SidecarProtocol(LanguageServerProtocol):
     def __init__(self, server: Any, converter: Any) -> None:
         super().__init__(server, converter)
         self._next_id = 1
+        self.answered_early: dict[Any, Any] = {}
+        """Requests answered before the server existed (initialize), by id: the result that was sent."""
 
     def send_request(self, method: str, params: Any | None = None, callback: Any = None,
                      msg_id: Any = None) -> Any:
@@ -97,6 +101,14 @@ class SidecarProtocol(LanguageServerProtocol):
 
     def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
         error = None if future.cancelled() else future.exception()
+        if msg_id in self.answered_early:
+            self._request_futures.pop(msg_id, None)
+            sent = self.answered_early.pop(msg_id)
+            result = None if error or future.cancelled() else self._converter.unstructure(future.result())
+            if result != sent:
+                log.error("initialize was answered early with %s, but the server's result is %s", sent,
+                          result if error is None else repr(error))
+            return
         if error is None and not future.cancelled() and isinstance(future.result(), (dict, RawJSON)):
             # Our handlers return plain JSON data or text: written directly, without pygls walking it with cattrs.
             self._request_futures.pop(msg_id, None)
@@ -211,15 +223,23 @@ class SidecarServer(LanguageServer):
 
     # Incoming
 
-    async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
-        """Read and dispatch messages until ``exit`` or end of input; returns the exit code."""
+    async def serve(self, stdin: BinaryIO, stdout: BinaryIO, early: EarlyStart | None = None) -> int:
+        """Read and dispatch messages until ``exit`` or end of input; returns the exit code.
+
+        ``early`` carries what was read (and perhaps answered) before the server existed.
+        """
         self.protocol.set_writer(StdoutWriter(stdout))
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
         # A daemon thread, so a client that keeps stdin open after exit cannot hold the process.
         threading.Thread(target=_pump, args=(stdin.fileno(), loop, chunks), daemon=True,
                          name="stdin-reader").start()
-        reader = FrameReader()
+        reader = FrameReader() if early is None else early.reader
+        if early is not None:
+            if early.answered is not None:
+                self.protocol.answered_early[early.frames[0].message["id"]] = early.answered
+            for frame in early.frames:
+                self._frame(reader, frame)
         while self._exit_code is None:
             try:
                 data = await asyncio.wait_for(chunks.get(), STALL_SECONDS if reader.buffer else None)
@@ -232,25 +252,31 @@ class SidecarServer(LanguageServer):
             if data:
                 reader.feed(data)
             for frame in reader.frames(stalled=stalled):
-                if reader.discarded:
-                    log.warning("skipped %d bytes that were not a message header", reader.discarded)
-                    reader.discarded = 0
-                if frame.too_deep_id is not None:
-                    self.reply_error(frame.too_deep_id, codes.INVALID_PARAMS, "invalid params: nested too deeply")
-                    continue
-                if frame.error is not None:
-                    log.warning("unreadable message: %s", frame.error)
-                    self.reply_error(None, codes.PARSE_ERROR, f"Parse error: {frame.error}")
-                    continue
-                try:
-                    self.dispatch(frame.message)
-                except Exception:
-                    log.exception("failed to dispatch a message")
+                self._frame(reader, frame)
                 if self._exit_code is not None:
                     break
             await asyncio.sleep(0)
         self.sidecar.close()
         return self._exit_code if self._exit_code is not None else (0 if self.shutdown_requested else 1)
+
+    def _frame(self, reader: FrameReader, frame: Frame) -> None:
+        """Answer an unreadable frame, or dispatch its message."""
+        if self._exit_code is not None:
+            return
+        if reader.discarded:
+            log.warning("skipped %d bytes that were not a message header", reader.discarded)
+            reader.discarded = 0
+        if frame.too_deep_id is not None:
+            self.reply_error(frame.too_deep_id, codes.INVALID_PARAMS, "invalid params: nested too deeply")
+            return
+        if frame.error is not None:
+            log.warning("unreadable message: %s", frame.error)
+            self.reply_error(None, codes.PARSE_ERROR, f"Parse error: {frame.error}")
+            return
+        try:
+            self.dispatch(frame.message)
+        except Exception:
+            log.exception("failed to dispatch a message")
 
     def dispatch(self, message: Any) -> None:
         """Check one JSON-RPC message against the protocol's rules and hand it to its handler."""
@@ -305,7 +331,13 @@ class SidecarServer(LanguageServer):
         try:
             structured = self.protocol.structure_message(envelope)
         except Exception as error:
-            if is_request:
+            if is_request and msg_id in self.protocol.answered_early and isinstance(params, dict):
+                # Already answered: initialize on the settings and workspace the reply was built from.
+                log.error("initialize was answered early but its params do not fit LSP's types: %s", error)
+                keep = ("initializationOptions", "rootUri", "rootPath", "workspaceFolders")
+                envelope["params"] = {"capabilities": {}, **{key: params[key] for key in keep if key in params}}
+                self.protocol.handle_message(self.protocol.structure_message(envelope))
+            elif is_request:
                 self.reply_error(msg_id, codes.INVALID_PARAMS, f"invalid params for {method}: {error}")
             else:
                 log.warning("ignoring %s with invalid params: %s", method, error)

@@ -8,6 +8,7 @@ reported and ignored. Nothing here touches I/O.
 
 from __future__ import annotations
 
+import os
 import re
 import types
 import typing
@@ -277,3 +278,11 @@ def describe_json(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return "an object"
+
+
+def summarizer_name(settings: Settings) -> str:
+    """``openai`` when an LLM is usable (a model, and a key or a base URL), else ``deterministic``."""
+    llm = settings.llm
+    if llm.model and (os.environ.get(llm.api_key_env) or llm.base_url):
+        return "openai"
+    return "deterministic"

@@ -97,11 +97,20 @@ def test_vscode_flags_are_accepted_and_logs_stay_off_stdout(tmp_path):
     assert b"DEBUG" not in proc.stdout
 
 
+async def _shown(client, *fields: str, timeout: float = 10.0) -> str:
+    """The text of window/showMessage so far, once it names every field or the timeout passes."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        shown = " ".join(m.message for m in client.messages)
+        if all(field in shown for field in fields) or asyncio.get_running_loop().time() > deadline:
+            return shown
+        await asyncio.sleep(0.02)
+
+
 async def test_wrong_typed_settings_are_reported_and_defaulted(db_path):
     settings = settings_for(db_path, contextWindow="big", compaction={"suggestAt": "soon"})
     async with running_sidecar(settings=settings) as client:
-        await asyncio.sleep(0.1)
-        shown = " ".join(m.message for m in client.messages)
+        shown = await _shown(client, "contextWindow", "compaction.suggestAt")
         assert "contextWindow" in shown and "compaction.suggestAt" in shown
         result = await ingest(client, "s", [{"role": "user", "content": "hi"}])
         assert result["usage"]["contextWindow"] == 128000
@@ -110,8 +119,7 @@ async def test_wrong_typed_settings_are_reported_and_defaulted(db_path):
 async def test_out_of_range_settings_are_reported_and_defaulted(db_path):
     settings = settings_for(db_path, compaction={"freshTail": -1, "mode": "bogus", "threshold": 3})
     async with running_sidecar(settings=settings) as client:
-        await asyncio.sleep(0.1)
-        shown = " ".join(m.message for m in client.messages)
+        shown = await _shown(client, "compaction.freshTail", "compaction.mode", "compaction.threshold")
         for field in ("compaction.freshTail", "compaction.mode", "compaction.threshold"):
             assert field in shown
         await ingest(client, "s", [{"role": "user", "content": str(i)} for i in range(30)])

@@ -10,7 +10,7 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
-from sidecar.core import default_storage_path
+from sidecar.paths import default_storage_path
 from sidecar.storage import Storage, StorageLocked
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session

@@ -6,15 +6,14 @@ import asyncio
 import importlib
 import logging
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from lsprotocol import types as lsp
 
 from protocol import methods
-from sidecar.core import summarizer_name
 from sidecar.errors import SidecarError
+from sidecar.paths import workspace_path
 from sidecar.server import SidecarServer
-from sidecar.settings import read_settings
+from sidecar.settings import read_settings, summarizer_name
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +97,5 @@ def apply_settings(ls: SidecarServer, data: Any) -> None:
 
 def workspace_root(params: lsp.InitializeParams) -> str | None:
     """The client's workspace folder, as a path."""
-    uri = params.root_uri
-    if params.workspace_folders:
-        uri = params.workspace_folders[0].uri
-    if uri:
-        parsed = urlparse(uri)
-        return unquote(parsed.path) if parsed.scheme == "file" else None
-    return params.root_path
+    folder = params.workspace_folders[0].uri if params.workspace_folders else None
+    return workspace_path(params.root_uri, folder, params.root_path)

@@ -1,0 +1,119 @@
+"""Answering ``initialize`` while pygls loads.
+
+Importing pygls costs most of a start-up (lsprotocol builds about 600 attrs classes), and an editor
+waits on the initialize reply before it activates. So the process reads the first message itself
+while a thread imports the server, answers a well-formed initialize from the same settings and path
+functions the server uses, and the server then adopts that request without answering it again.
+Messages that follow wait in the pipe until the server is ready.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import select
+import threading
+from typing import Any, BinaryIO
+
+import attrs
+
+from protocol import methods
+from sidecar import __version__
+from sidecar.paths import default_storage_path, workspace_path
+from sidecar.settings import read_settings, summarizer_name
+from sidecar.transport import Frame, FrameReader, encode
+
+FIRST_MESSAGE_WAIT = 0.5
+"""Seconds to wait for the first message before leaving it to the server."""
+SERVER_MODULE = "sidecar.features"
+_ENCODINGS = ("utf-8", "utf-16", "utf-32")
+_CAPABILITY_SECTIONS = ("workspace", "textDocument", "notebookDocument", "window", "general")
+_OPTIONAL_STRINGS = ("rootUri", "rootPath", "locale", "trace")
+
+
+@attrs.define
+class EarlyStart:
+    """What was read and answered before the server existed."""
+
+    reader: FrameReader
+    frames: list[Frame]
+    answered: dict[str, Any] | None = None
+    """The initialize result sent for ``frames[0]``, when it was answered early."""
+
+
+def start(stdin_fd: int, stdout: BinaryIO, storage_path: str | None) -> EarlyStart:
+    """Import the server in a thread; meanwhile read the first message and answer it if it is initialize."""
+    threading.Thread(target=importlib.import_module, args=(SERVER_MODULE,), daemon=True,
+                     name="import-server").start()
+    early = EarlyStart(FrameReader(), [])
+    if os.name == "nt":  # select() does not take pipes there
+        return early
+    while not early.frames:
+        ready, _, _ = select.select([stdin_fd], [], [], FIRST_MESSAGE_WAIT)
+        data = os.read(stdin_fd, 1 << 16) if ready else b""
+        if not data:
+            return early  # end of input, or a slow client: the server reads on
+        early.reader.feed(data)
+        early.frames = early.reader.frames()
+    message = early.frames[0].message
+    if _plain_initialize(message):
+        early.answered = initialize_result(message["params"], storage_path)
+        stdout.write(encode({"jsonrpc": "2.0", "id": message["id"], "result": early.answered}))
+        stdout.flush()
+    return early
+
+
+def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[str, Any]:
+    """The initialize result the server gives for these params (its adoption checks that it agrees)."""
+    settings, _ = read_settings(params.get("initializationOptions"))
+    folders = params.get("workspaceFolders") or []
+    root = workspace_path(params.get("rootUri"), folders[0]["uri"] if folders else None, params.get("rootPath"))
+    general = params["capabilities"].get("general") or {}
+    encoding = next((e for e in general.get("positionEncodings") or () if e in _ENCODINGS), "utf-16")
+    return {
+        "capabilities": {
+            "positionEncoding": encoding,
+            "executeCommandProvider": {"commands": []},
+            "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True},
+                          "fileOperations": {}},
+            "experimental": {methods.EXPERIMENTAL_KEY: {
+                "protocolVersion": methods.PROTOCOL_VERSION,
+                "methods": list(methods.REQUESTS),
+                "compactionModes": list(methods.COMPACTION_MODES),
+                "summarizer": summarizer_name(settings),
+                "storage": storage_path or settings.storage.path or default_storage_path(root),
+            }},
+        },
+        "serverInfo": {"name": methods.SERVER_NAME, "version": __version__},
+    }
+
+
+def _plain_initialize(message: Any) -> bool:
+    """An initialize request whose params have the usual shape; anything unusual is left to the server."""
+    if not (isinstance(message, dict) and message.get("jsonrpc") == "2.0" and message.get("method") == "initialize"):
+        return False
+    msg_id = message.get("id")
+    if isinstance(msg_id, bool) or not isinstance(msg_id, (int, str)):
+        return False
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("capabilities"), dict):
+        return False
+    capabilities = params["capabilities"]
+    if any(not isinstance(capabilities.get(key, {}), dict) for key in _CAPABILITY_SECTIONS):
+        return False
+    encodings = (capabilities.get("general") or {}).get("positionEncodings")
+    if encodings is not None and not (isinstance(encodings, list) and all(isinstance(e, str) for e in encodings)):
+        return False
+    if any(params.get(key) is not None and not isinstance(params[key], str) for key in _OPTIONAL_STRINGS):
+        return False
+    if params.get("trace") not in (None, "off", "messages", "verbose"):
+        return False
+    client = params.get("clientInfo")
+    if client is not None and not (isinstance(client, dict) and isinstance(client.get("name"), str)):
+        return False
+    process_id = params.get("processId")
+    if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int)):
+        return False
+    folders = params.get("workspaceFolders")
+    return folders is None or (isinstance(folders, list) and all(
+        isinstance(f, dict) and isinstance(f.get("uri"), str) and isinstance(f.get("name"), str) for f in folders))

@@ -1,0 +1,30 @@
+"""Where the database lives: the per-user data directory, one file per workspace."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import platformdirs
+
+
+def default_storage_path(workspace_root: str | None) -> str:
+    """The per-user database, or one per workspace when the client names a root."""
+    base = Path(platformdirs.user_data_dir("context-sidecar", appauthor=False))
+    if not workspace_root:
+        return str(base / "memory.duckdb")
+    root = os.path.abspath(workspace_root)
+    digest = hashlib.sha256(root.encode()).hexdigest()[:12]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(root) or "root")
+    return str(base / "workspaces" / f"{name}-{digest}.duckdb")
+
+
+def workspace_path(root_uri: str | None, folder_uri: str | None, root_path: str | None) -> str | None:
+    """The client's workspace as a path: its first folder, else its root URI, else its root path."""
+    uri = folder_uri or root_uri
+    if uri:
+        parsed = urlparse(uri)
+        return unquote(parsed.path) if parsed.scheme == "file" else None
+    return root_path
