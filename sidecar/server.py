@@ -60,7 +60,10 @@ def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]
             data = os.read(fd, 1 << 16)
         except OSError:
             data = b""
-        loop.call_soon_threadsafe(chunks.put_nowait, data)
+        try:
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+        except RuntimeError:
+            return  # the loop has closed: the server is exiting
         if not data:
             return
 
