@@ -38,6 +38,8 @@ DEFAULT_TOKEN_CAP = 4000
 DEFAULT_GREP_LIMIT = 20
 MAX_GREP_LIMIT = 1000
 SNIPPET_RADIUS = 80
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Legal in JSON strings, not in UTF-8: DuckDB cannot store them."""
 RECENT_CALLS = 256
 """Tool calls remembered per session, by id, to name the tool of the results that follow them."""
 
@@ -74,6 +76,10 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
         names.update(store.tool_names(params.session_id, pending, existing.last_position))
     max_part = sidecar.settings.prune.max_tokens_per_part
     rows = [message_row(message, max_part, names) for message in params.messages]
+    for index, row in enumerate(rows):
+        if (found := LONE_SURROGATE.search(row.raw)) is not None:
+            raise invalid_params(f"contains invalid Unicode (a lone surrogate at {found.start()})",
+                                 f"messages[{index}]")
     rule = sidecar.prune_rule()
     prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
     ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())

@@ -358,7 +358,9 @@ class SidecarServer(LanguageServer):
             return
         cls = REQUEST_PARAMS.get(method) or NOTIFICATION_PARAMS[method]
         try:
-            _check_unicode(params)
+            # Ingest checks its messages as it serialises them (memory.ingest); the rest of its params here.
+            _check_unicode({k: v for k, v in params.items() if k != "messages"}
+                           if method == methods.MEMORY_INGEST and isinstance(params, dict) else params)
             value = structure(params, cls)
         except ParamsError as error:
             field = error.field
