@@ -21,12 +21,11 @@ from sidecar.compaction.files import files_touched, footer_files, render_footer,
 from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.core import Sidecar
 from sidecar.engine.assembly import context_total, is_prunable
-from sidecar.engine.messages import message_text
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
-from sidecar.storage.lineage import RemovedTotals
-from sidecar.storage.rows import SessionRow, StoredMessage, SummaryRow, utcnow
+from sidecar.storage.lineage import Replaced
+from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation
@@ -79,12 +78,13 @@ class Compaction:
         self.loaded: list[Node] = []
         self.calibration = 1.0
         """The context as read, before any replacement."""
-        self.stored_positions: set[int] = set()
-        self.messages: dict[str, StoredMessage] = {}
+        self.messages: dict[int, SourceMessage] = {}
+        """Loaded messages by seq, which is their context position."""
         self.contents: dict[str, str] = {}
         self.stats: dict[str, _Stats] = {}
         self.new_summaries: list[SummaryRow] = []
-        self.sources: list[tuple[str, int, str, str]] = []
+        self.sources: list[tuple[str, list[tuple[str, str]]]] = []
+        """Per new summary: what it replaced, in order, as (kind, id)."""
         self.calls = 0
         self.db_seconds = 0.0
         self.done = 0
@@ -98,17 +98,24 @@ class Compaction:
             self.db_seconds += time.perf_counter() - started
 
     def load(self) -> SessionRow:
-        """Read the session's current context."""
+        """Read the session's current context, with the summaries in it."""
         store = self.sidecar.store()
         session = self._db(lambda: self.sidecar.session(self.session_id))
-        rows = self._db(lambda: store.nodes(self.session_id))
-        self.nodes = [Node(position=r[0], kind=r[1], ref_id=r[2], role=r[3], tokens=r[4], depth=r[5],
-                           summary_kind=r[6], tool_name=r[7], tool_call_id=r[8],
-                           tool_call_ids=tuple(r[9]) if r[9] else None) for r in rows]
-        self.stored_positions = {node.position for node in self.nodes}
+        items = self._db(lambda: store.context(session))
+        summary_ids = [item.ref_id for item in items if item.kind == "summary"]
+        summaries = self._db(lambda: store.summaries(self.session_id, summary_ids)) if summary_ids else {}
+        for row in summaries.values():
+            self.contents[row.id] = row.content
+            self.stats[row.id] = _Stats(row.earliest_at, row.latest_at, row.message_count)
+        pairs = [(item, summaries.get(item.ref_id) if item.kind == "summary" else None) for item in items]
+        self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item) for item, row in pairs]
         self.calibration = session.calibration
         self.loaded = list(self.nodes)
         return session
+
+    def loaded_context(self) -> tuple[list[ItemRow], bool]:
+        """The context as loaded, as items for ``Sidecar.estimated_tokens``: no need to read it again."""
+        return [node.item() for node in self.loaded], True
 
     def message_count(self) -> int:
         """Messages and summaries in the current context, as willCompact reports them."""
@@ -133,9 +140,17 @@ class Compaction:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
         self._apply()
-        after = self._db(lambda: self.sidecar.estimated_tokens(self.sidecar.session(self.session_id)))
+        after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
         return self._outcome(True, before, after, rounds, None, handoff)
+
+    def _tokens_after(self) -> int:
+        session = self.sidecar.session(self.session_id)
+        loaded_last = self.loaded[-1].position if self.loaded else None
+        # Unless messages were ingested meanwhile, the context is exactly the in-memory nodes.
+        unchanged = session.last_position == loaded_last and session.context_count == len(self.nodes)
+        tail = ([node.item() for node in self.nodes], True) if unchanged else None
+        return self.sidecar.estimated_tokens(session, tail=tail)
 
     def _outcome(self, compacted: bool, before: int, after: int, rounds: int, reason: str | None,
                  summary: str | None = None) -> Outcome:
@@ -252,9 +267,12 @@ class Compaction:
 
     def _files(self, indexes: Sequence[int], previous: str | None) -> tuple[list[str], list[str]]:
         read, modified = footer_files(previous)
-        messages = [json.loads(self.messages[self.nodes[i].ref_id].raw) for i in indexes
-                    if self.nodes[i].kind == "message"]
-        new_read, new_modified = files_touched(messages)
+        # Only messages with tool calls name files; only theirs are read verbatim.
+        seqs = [self.nodes[i].position for i in indexes
+                if self.nodes[i].kind == "message" and self.nodes[i].tool_call_ids]
+        store = self.sidecar.store()
+        raws = self._db(lambda: store.message_raws(self.session_id, seqs))
+        new_read, new_modified = files_touched(json.loads(raws[seq]) for seq in seqs if seq in raws)
         return read + new_read, modified + new_modified
 
     # Shared machinery
@@ -279,11 +297,20 @@ class Compaction:
         return [task.result() for task in tasks]
 
     def _load_messages(self, indexes: Sequence[int]) -> None:
-        wanted = [self.nodes[i].position for i in indexes
-                  if self.nodes[i].kind == "message" and self.nodes[i].ref_id not in self.messages]
+        wanted = sorted(i for i in set(indexes)
+                        if self.nodes[i].kind == "message" and self.nodes[i].position not in self.messages)
+        # Runs of adjacent context messages are seq ranges that hold no other message of the session.
+        spans: list[tuple[int, int]] = []
+        for number, index in enumerate(wanted):
+            position = self.nodes[index].position
+            if number and index == wanted[number - 1] + 1:
+                spans[-1] = (spans[-1][0], position)
+            else:
+                spans.append((position, position))
         store = self.sidecar.store()
-        found = self._db(lambda: store.messages_by_seq(self.session_id, wanted))
-        self.messages.update({message.id: message for message in found})
+        found = self._db(lambda: store.source_messages(self.session_id, spans))
+        seqs = {self.nodes[i].position for i in wanted}
+        self.messages.update({message.seq: message for message in found if message.seq in seqs})
 
     def _content(self, summary_id: str) -> str:
         if summary_id not in self.contents:
@@ -303,15 +330,14 @@ class Compaction:
                 label = f"summary ({node.summary_kind}, depth {node.depth})"
                 sources.append(SourceText(label=label, text=text, at=iso(stats.latest)))
                 continue
-            stored = self.messages[node.ref_id]
-            message = json.loads(stored.raw)
-            text = message_text(message)
+            stored = self.messages[node.position]
+            text = stored.text  # message_text() of the message, stored at ingest
             if len(text) > MAX_SOURCE_CHARS:
                 text = f"{text[:MAX_SOURCE_CHARS]}\n[… {len(text) - MAX_SOURCE_CHARS} more characters]"
-            label = message["role"]
-            if message["role"] == "tool":
+            label = node.role
+            if node.role == "tool":
                 label = f"tool result ({node.tool_name or 'tool'})"
-            elif message.get("tool_calls"):
+            elif node.tool_call_ids:
                 label = "assistant (tool calls)"
             sources.append(SourceText(label=label, text=text, at=iso(stored.message_at)))
         return tuple(sources)
@@ -320,7 +346,7 @@ class Compaction:
         if node.kind == "summary":
             self._content(node.ref_id)
             return self.stats[node.ref_id]
-        stored = self.messages[node.ref_id]
+        stored = self.messages[node.position]
         return _Stats(stored.message_at, stored.message_at, 1)
 
     def _replace(self, groups: list[list[int]], made: list[tuple[str, str, int]]) -> None:
@@ -350,7 +376,7 @@ class Compaction:
         self.new_summaries.append(row)
         self.contents[summary_id] = content
         self.stats[summary_id] = _Stats(earliest, latest, row.message_count)
-        self.sources += [(summary_id, order, node.kind, node.ref_id) for order, node in enumerate(members)]
+        self.sources.append((summary_id, [(node.kind, node.ref_id) for node in members]))
         return Node(position=members[0].position, kind="summary", ref_id=summary_id, role="user", tokens=tokens,
                     depth=depth, summary_kind=kind)
 
@@ -359,13 +385,16 @@ class Compaction:
         # New summaries sit at the position of the first item they replace, so every stored position
         # not held by a surviving stored item was replaced.
         kept = {node.position for node in self.nodes if node.ref_id not in new_ids}
-        removed = sorted(self.stored_positions - kept)
         added = [(node.position, node.ref_id, node.tokens) for node in self.nodes if node.ref_id in new_ids]
         gone = [node for node in self.loaded if node.position not in kept]
+        first, last = gone[0].position, gone[-1].position
         rule = self.sidecar.prune_rule()
         prunable = [node for node in gone if is_prunable(node, rule)]
-        totals = RemovedTotals(tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
-                               prunable_tokens=sum(node.tokens for node in prunable))
+        replaced = Replaced(first=first, last=last,
+                            kept=tuple(node.position for node in self.loaded if first < node.position < last
+                                       and node.position in kept),
+                            count=len(gone), tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
+                            prunable_tokens=sum(node.tokens for node in prunable))
         store = self.sidecar.store()
-        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, removed, added,
-                                                totals))
+        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added))
+

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from sidecar.storage.rows import ItemRow
+
 MAX_LEAF_CHUNK_TOKENS = 12_000
 """Upper bound on one leaf's sources, so that one summarizer call stays a reasonable size."""
 MAX_LEAF_CHUNK_FACTOR = 4
@@ -33,6 +35,18 @@ class Node:
     tool_name: str | None = None
     tool_call_id: str | None = None
     tool_call_ids: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, item: ItemRow, depth: int = 0, summary_kind: str | None = None) -> Node:
+        """The node of a stored context item (a summary's depth and kind are not in the item)."""
+        return cls(position=item.position, kind=item.kind, ref_id=item.ref_id, role=item.role, tokens=item.tokens,
+                   depth=depth, summary_kind=summary_kind, tool_name=item.tool_name, tool_call_id=item.tool_call_id,
+                   tool_call_ids=item.tool_call_ids)
+
+    def item(self) -> ItemRow:
+        """The node as a context item, as usage and assembly take them."""
+        return ItemRow(self.position, self.kind, self.ref_id, self.role, self.tokens, self.tool_name,
+                       self.tool_call_id, self.tool_call_ids)
 
 
 def unit_starts(nodes: Sequence[Node]) -> list[bool]:

@@ -78,7 +78,7 @@ class CompactionRunner:
             compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
                                     progress=self._progress_reporter(token, session_id))
             session = compaction.load()
-            tokens_before = self.sidecar.estimated_tokens(session)
+            tokens_before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
             supplied, cancelled = await self._ask_client(session_id, mode, trigger, tokens_before,
                                                          compaction.message_count(), params.focus)
             if cancelled:

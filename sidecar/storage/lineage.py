@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from operator import itemgetter
 from typing import Any
 
 import attrs
 import duckdb
 
-from sidecar.storage.rows import SessionRow, SummaryRow, utcnow
+from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
     "summarizer, created_at"
-_SUMMARY_CASTS = ("VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "INTEGER", "BIGINT", "BIGINT", "TIMESTAMP", "TIMESTAMP",
-                  "VARCHAR", "TIMESTAMP")
+_NULLABLE_TIMES = {"earliest_at", "latest_at"}
+"""Summary columns whose bound lists may hold only NULLs, so need a cast; a cast costs, so no other has one."""
 
 
 @attrs.define(frozen=True)
-class RemovedTotals:
-    """What the context items a compaction replaces add up to, as the running totals count them."""
+class Replaced:
+    """What a compaction replaces: the session's items from ``first`` to ``last`` but ``kept``, and their totals."""
 
+    first: int
+    last: int
+    kept: tuple[int, ...]
+    count: int
     tokens: int
     prunable_count: int
     prunable_tokens: int
@@ -87,55 +92,73 @@ class LineageQueries:
             frontier.extend(self.parents(session_id, "summary", summary_id))
         return None
 
+    def context(self, session: SessionRow) -> list[ItemRow]:
+        """The session's whole current context, in order."""
+        if session.first_position is None or session.last_position is None:
+            return []
+        # The position bounds let zone maps skip other sessions' row groups; sorting here is cheaper than ORDER BY.
+        rows = self._db.execute(
+            "SELECT position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids FROM context_items "
+            "WHERE session_id = ? AND position BETWEEN ? AND ?",
+            [session.session_id, session.first_position, session.last_position]).fetchall()
+        rows.sort(key=itemgetter(0))
+        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows]
 
-    def nodes(self, session_id: str) -> list[tuple[Any, ...]]:
-        """The whole current context with summary depth and kind: rows for ``compaction.plan.Node``."""
-        return self._db.execute(
-            """
-            SELECT ci.position, ci.kind, ci.ref_id, ci.role, ci.tokens, coalesce(s.depth, 0), s.kind,
-                   ci.tool_name, ci.tool_call_id, ci.tool_call_ids
-            FROM context_items ci
-            LEFT JOIN summaries s ON ci.kind = 'summary' AND s.session_id = ci.session_id AND s.id = ci.ref_id
-            WHERE ci.session_id = ? ORDER BY ci.position
-            """,
-            [session_id],
-        ).fetchall()
+    def source_messages(self, session_id: str, spans: Sequence[tuple[int, int]]) -> list[SourceMessage]:
+        """The text and time of the session's messages whose seq lies in one of the (first, last) spans."""
+        if not spans:
+            return []
+        # Ranges, not a list of seqs: a semi-join on a bound list costs more than the rows it reads.
+        ranges = " OR ".join("seq BETWEEN ? AND ?" for _ in spans)
+        rows = self._db.execute(
+            f"SELECT seq, text, message_at FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? "
+            f"AND ({ranges})",
+            [session_id, min(first for first, _ in spans), max(last for _, last in spans),
+             *[bound for span in spans for bound in span]]).fetchall()
+        return list(map(SourceMessage._make, rows))
 
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
-                         sources: Sequence[tuple[str, int, str, str]], removed: Sequence[int],
-                         added: Sequence[tuple[int, str, int]], removed_totals: RemovedTotals) -> None:
+                         sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
+                         added: Sequence[tuple[int, str, int]]) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
 
-        ``sources`` are (summary id, order, kind, id); ``removed`` are positions of replaced items, whose
-        token and prunable totals the caller read with them; ``added`` are (position, summary id, tokens)
-        of the summary items that take their place. Fails, changing nothing, when a replaced item is no
-        longer in the context.
+        ``sources`` are (summary id, its sources in order as (kind, id)); ``added`` are (position, summary
+        id, tokens) of the summary items that take the replaced items' place. Fails, changing nothing, when
+        the replaced items are no longer exactly those in the context.
         """
-        removed = list(removed)
+        now = utcnow()
         with self._transaction():
             # The BETWEEN bounds let zone maps skip every row group outside the replaced span.
+            kept = " AND position NOT IN (SELECT unnest(?::BIGINT[]))" if replaced.kept else ""
             deleted = self._db.execute(
-                "DELETE FROM context_items WHERE session_id = ? AND position BETWEEN ? AND ? "
-                "AND position IN (SELECT unnest(?::BIGINT[])) RETURNING position",
-                [session_id, min(removed, default=0), max(removed, default=-1), removed]).fetchall()
-            if len(deleted) != len(removed):
+                f"DELETE FROM context_items WHERE session_id = ? AND position BETWEEN ? AND ?{kept}",
+                [session_id, replaced.first, replaced.last, *([list(replaced.kept)] if replaced.kept else [])],
+            ).fetchall()
+            if deleted[0][0] != replaced.count:
                 raise duckdb.ConstraintException("the context changed during compaction")
             if summaries:
                 columns = _SUMMARY_COLUMNS.split(", ")
                 values = [[getattr(row, column) for row in summaries] for column in columns]
-                selects = ", ".join(f"unnest(?::{cast}[])" for cast in _SUMMARY_CASTS)
+                selects = ", ".join("unnest(?::TIMESTAMP[])" if column in _NULLABLE_TIMES else "unnest(?)"
+                                    for column in columns)
                 self._db.execute(f"INSERT INTO summaries (session_id, {_SUMMARY_COLUMNS}) SELECT ?, {selects}",
                                  [session_id, *values]).fetchall()
             if sources:
+                # One list per summary rather than one row per source: a third as many values to bind.
                 self._db.execute(
-                    "INSERT INTO summary_sources SELECT ?, unnest(?::VARCHAR[]), unnest(?::INTEGER[]), "
-                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
-                    [session_id, *[list(column) for column in zip(*sources, strict=True)]]).fetchall()
+                    "INSERT INTO summary_sources SELECT ?, summary_id, generate_subscripts(ids, 1) - 1, "
+                    "unnest(kinds), unnest(ids) FROM (SELECT unnest(?) AS summary_id, unnest(?) AS kinds, "
+                    "unnest(?) AS ids)",
+                    [session_id, [summary_id for summary_id, _ in sources],
+                     [[kind for kind, _ in items] for _, items in sources],
+                     [[ref for _, ref in items] for _, items in sources]]).fetchall()
             if added:
                 self._db.execute(
-                    "INSERT INTO context_items SELECT ?, unnest(?::BIGINT[]), 'summary', unnest(?::VARCHAR[]), "
-                    "'user', unnest(?::INTEGER[]), NULL, NULL, NULL",
+                    "INSERT INTO context_items SELECT ?, unnest(?), 'summary', unnest(?), 'user', unnest(?), "
+                    "NULL, NULL, NULL",
                     [session_id, *[list(column) for column in zip(*added, strict=True)]]).fetchall()
+            added_tokens = sum(tokens for _, _, tokens in added)
+            first_added = min([p for p, _, _ in added], default=None)
             self._db.execute(
                 """
                 UPDATE sessions SET
@@ -145,7 +168,17 @@ class LineageQueries:
                     revision = revision + 1, updated_at = ?
                 WHERE session_id = ?
                 """,
-                [removed_totals.tokens, sum(tokens for _, _, tokens in added), len(removed), len(added),
-                 len(summaries), removed_totals.prunable_count, removed_totals.prunable_tokens,
-                 min([p for p, _, _ in added], default=None), utcnow(), session_id]).fetchall()
-        self._sessions.pop(session_id, None)
+                [replaced.tokens, added_tokens, replaced.count, len(added), len(summaries),
+                 replaced.prunable_count, replaced.prunable_tokens, first_added, now, session_id]).fetchall()
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
+        # The same arithmetic as the UPDATE, so the next read of the session needs no query.
+        firsts = [p for p in (session.first_position, first_added) if p is not None]
+        self._sessions[session_id] = attrs.evolve(
+            session, context_tokens=session.context_tokens - replaced.tokens + added_tokens,
+            context_count=session.context_count - replaced.count + len(added),
+            summary_count=session.summary_count + len(summaries),
+            prunable_count=session.prunable_count - replaced.prunable_count,
+            prunable_tokens=session.prunable_tokens - replaced.prunable_tokens,
+            first_position=min(firsts, default=None), revision=session.revision + 1, updated_at=now)

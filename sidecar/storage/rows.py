@@ -73,6 +73,14 @@ class StoredMessage:
     message_at: datetime
 
 
+class SourceMessage(NamedTuple):
+    """What a summarizer needs of a stored message: its searchable text and its time."""
+
+    seq: int
+    text: str
+    message_at: datetime
+
+
 @attrs.define(frozen=True)
 class SummaryRow:
     id: str

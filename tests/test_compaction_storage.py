@@ -1,0 +1,107 @@
+"""Compaction against the storage layer in-process: what it reads, and what its one transaction writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from protocol.types import IngestParams
+from sidecar.compaction.engine import Compaction
+from sidecar.core import Sidecar
+from sidecar.engine.messages import message_text
+from sidecar.memory import ingest
+from sidecar.settings import read_settings
+from sidecar.storage.rows import StorageFailure
+from sidecar.summarizers.base import SummaryRequest
+from sidecar.summarizers.deterministic import DeterministicSummarizer
+from sidecar.synthetic import coding_session
+from tests.conftest import PI_SESSION
+
+
+def make_sidecar(tmp_path: Path, **compaction: object) -> Sidecar:
+    settings, problems = read_settings({"compaction": {"auto": False, **compaction}})
+    assert not problems
+    return Sidecar(settings=settings, storage_path=str(tmp_path / "db.duckdb"))
+
+
+def add(sidecar: Sidecar, messages: list[dict]) -> None:
+    ingest(sidecar, IngestParams(session_id="s", messages=messages))
+
+
+def snapshot(sidecar: Sidecar) -> tuple[list, list, list, list]:
+    """Every row of the session, straight from the database."""
+    db = sidecar.store()._db
+    tables = ("sessions", "context_items", "summaries", "summary_sources")
+    return tuple(db.execute(f"SELECT * FROM {table} WHERE session_id = 's' ORDER BY ALL").fetchall()  # type: ignore
+                 for table in tables)
+
+
+def fresh_session(sidecar: Sidecar):
+    """The session row as stored, not as cached."""
+    sidecar.store()._sessions.clear()
+    return sidecar.session("s")
+
+
+@pytest.mark.parametrize("mode", ["incremental", "full", "handoff"])
+def test_the_cached_session_and_tokens_after_match_the_database(tmp_path, mode):
+    sidecar = make_sidecar(tmp_path, maxTokens=3000, freshTail=6)
+    add(sidecar, coding_session(300))
+    outcome = asyncio.run(Compaction(sidecar, "s", mode, None, DeterministicSummarizer()).run())
+    assert outcome.compacted
+    cached = sidecar.session("s")
+    stored = fresh_session(sidecar)
+    assert cached == stored
+    assert outcome.tokens_after == sidecar.estimated_tokens(stored)
+
+
+def test_messages_ingested_during_a_compaction_are_counted_after_it(tmp_path):
+    sidecar = make_sidecar(tmp_path, freshTail=6)
+    session = coding_session(200)
+    add(sidecar, session[:150])
+
+    class Ingesting(DeterministicSummarizer):
+        async def summarize(self, request: SummaryRequest) -> str:
+            if session[150:]:
+                late, session[150:] = session[150:], []
+                add(sidecar, late)
+            return await super().summarize(request)
+
+    outcome = asyncio.run(Compaction(sidecar, "s", "incremental", None, Ingesting()).run())
+    assert outcome.compacted
+    stored = fresh_session(sidecar)
+    assert outcome.tokens_after == sidecar.estimated_tokens(stored)
+    assert sidecar.session("s").context_count == stored.context_count
+    items = sidecar.store().items("s")
+    assert [i.ref_id for i in items[-50:]] == [m["id"] for m in coding_session(200)[150:]]
+
+
+def test_a_context_changed_under_a_compaction_fails_and_changes_nothing(tmp_path):
+    sidecar = make_sidecar(tmp_path, freshTail=6)
+    add(sidecar, coding_session(200))
+    stale = Compaction(sidecar, "s", "incremental", None, DeterministicSummarizer())
+    stale.load()
+    assert asyncio.run(Compaction(sidecar, "s", "incremental", None, DeterministicSummarizer()).run()).compacted
+    before = snapshot(sidecar)
+    with pytest.raises(StorageFailure, match="changed during compaction"):
+        asyncio.run(stale.run())
+    assert snapshot(sidecar) == before
+    assert sidecar.session("s") == fresh_session(sidecar)
+
+
+@pytest.mark.skipif(not PI_SESSION.exists(), reason="shared/data is not beside the project")
+def test_summarizers_read_the_stored_text_column_which_is_the_text_of_the_verbatim_message(tmp_path):
+    from sidecar.importers import parse_transcript
+
+    sidecar = make_sidecar(tmp_path)
+    messages = parse_transcript(PI_SESSION, "pi").messages
+    add(sidecar, messages)
+    store = sidecar.store()
+    items = store.items("s")
+    seqs = [i.position for i in items]
+    texts = {m.seq: m.text for m in store.source_messages("s", [(seqs[0], seqs[-1])])}
+    raws = store.message_raws("s", seqs)
+    assert len(texts) == len(messages)
+    assert all(texts[seq] == message_text(json.loads(raws[seq])) for seq in seqs)
