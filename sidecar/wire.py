@@ -59,13 +59,17 @@ def _structure_list(value: Any, cls: type) -> list[Any]:
     if not isinstance(value, list):
         raise ParamsError(f"expected an array, got {describe_json(value)}")
     (item_type,) = typing.get_args(cls) or (Any,)
-    out = []
-    for index, item in enumerate(value):
+    hook = converter.get_structure_hook(item_type)  # resolved once: an assembled context has thousands of items
+    try:
+        return [hook(item, item_type) for item in value]
+    except ParamsError:
+        pass
+    for index, item in enumerate(value):  # again, one by one, to name the item at fault
         try:
-            out.append(converter.structure(item, item_type))
+            hook(item, item_type)
         except ParamsError as error:
             raise ParamsError(str(error), _join(f"[{index}]", error.field)) from None
-    return out
+    raise AssertionError("unreachable: the item that failed above fails here too")
 
 
 def _structure_literal(value: Any, cls: type) -> Any:
@@ -105,12 +109,15 @@ def _attrs_structure_factory(cls: type) -> Any:
     fields = attrs.fields(cls)
     names = {camel(f.name): f for f in fields}
     hints = typing.get_type_hints(cls)
+    hooks: dict[str, Any] = {}
 
     def structure(value: Any, _: type) -> Any:
         if value is None and not any(f.default is attrs.NOTHING for f in fields):
             value = {}
         if not isinstance(value, dict):
             raise ParamsError(f"expected an object, got {describe_json(value)}")
+        if not hooks:  # resolved on first use: types may refer to classes defined after this one
+            hooks.update({key: converter.get_structure_hook(hints[field.name]) for key, field in names.items()})
         kwargs = {}
         for key, field in names.items():
             if key not in value:
@@ -118,7 +125,7 @@ def _attrs_structure_factory(cls: type) -> Any:
                     raise ParamsError("is required", key)
                 continue
             try:
-                kwargs[field.name] = converter.structure(value[key], hints[field.name])
+                kwargs[field.name] = hooks[key](value[key], hints[field.name])
             except ParamsError as error:
                 raise ParamsError(str(error), _join(key, error.field)) from None
         return cls(**kwargs)

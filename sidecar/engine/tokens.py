@@ -19,7 +19,8 @@ def estimate_text_tokens(text: str) -> int:
     """Tokens of a text: its UTF-8 byte length over four, rounded up."""
     if not text:
         return 0
-    return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))  # isascii() copies nothing
+    return -(-size // BYTES_PER_TOKEN)
 
 
 def estimate_message_tokens(message: dict[str, Any], max_tokens_per_part: int) -> int:
