@@ -76,8 +76,9 @@ class Compaction:
         self.settings = sidecar.settings.compaction
         self.nodes: list[Node] = []
         self.loaded: list[Node] = []
-        self.calibration = 1.0
         """The context as read, before any replacement."""
+        self.loaded_items: list[ItemRow] = []
+        self.calibration = 1.0
         self.messages: dict[int, SourceMessage] = {}
         """Loaded messages by seq, which is their context position."""
         self.contents: dict[str, str] = {}
@@ -111,11 +112,12 @@ class Compaction:
         self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item) for item, row in pairs]
         self.calibration = session.calibration
         self.loaded = list(self.nodes)
+        self.loaded_items = items
         return session
 
     def loaded_context(self) -> tuple[list[ItemRow], bool]:
         """The context as loaded, as items for ``Sidecar.estimated_tokens``: no need to read it again."""
-        return [node.item() for node in self.loaded], True
+        return self.loaded_items, True
 
     def message_count(self) -> int:
         """Messages and summaries in the current context, as willCompact reports them."""
@@ -146,9 +148,8 @@ class Compaction:
 
     def _tokens_after(self) -> int:
         session = self.sidecar.session(self.session_id)
-        loaded_last = self.loaded[-1].position if self.loaded else None
         # Unless messages were ingested meanwhile, the context is exactly the in-memory nodes.
-        unchanged = session.last_position == loaded_last and session.context_count == len(self.nodes)
+        unchanged = session.last_position == self.loaded[-1].position and session.context_count == len(self.nodes)
         tail = ([node.item() for node in self.nodes], True) if unchanged else None
         return self.sidecar.estimated_tokens(session, tail=tail)
 

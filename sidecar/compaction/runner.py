@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import logging
 import time
 from collections import deque
@@ -75,7 +77,10 @@ class CompactionRunner:
         self.sidecar.compacting.add(session_id)
         token = params.work_done_token
         try:
-            compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
+            summarizer = self.summarizer()
+            if summarizer.name == "openai":
+                await self._openai_imported()
+            compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
                                     progress=self._progress_reporter(token, session_id))
             session = compaction.load()
             tokens_before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
@@ -108,6 +113,14 @@ class CompactionRunner:
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after)))
         return self._result(session_id, outcome)
+
+    @staticmethod
+    async def _openai_imported() -> None:
+        """Wait, off the event loop, for openai's import, which initialize starts in a thread."""
+        # Until it ends, that thread takes the GIL from every database call of the compaction (several ms
+        # each), and the first summarizer call would block the loop on the import lock anyway.
+        with contextlib.suppress(ImportError):
+            await asyncio.to_thread(importlib.import_module, "openai")
 
     def _result(self, session_id: str, outcome: Outcome) -> CompactResult:
         usage = self.sidecar.usage(self.sidecar.session(session_id))
