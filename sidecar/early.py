@@ -25,7 +25,8 @@ from sidecar.transport import Frame, FrameReader, encode
 
 FIRST_MESSAGE_WAIT = 0.5
 """Seconds to wait for the first message before leaving it to the server."""
-SERVER_MODULE = "sidecar.features"
+PRELOAD = ("sidecar.features", "sidecar.storage.database")
+"""Imported in the background at start: the server (pygls), then DuckDB, which the store opens just after."""
 _ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _CAPABILITY_SECTIONS = ("workspace", "textDocument", "notebookDocument", "window", "general")
 _OPTIONAL_STRINGS = ("rootUri", "rootPath", "locale", "trace")
@@ -43,8 +44,7 @@ class EarlyStart:
 
 def start(stdin_fd: int, stdout: BinaryIO, storage_path: str | None) -> EarlyStart:
     """Import the server in a thread; meanwhile read the first message and answer it if it is initialize."""
-    threading.Thread(target=importlib.import_module, args=(SERVER_MODULE,), daemon=True,
-                     name="import-server").start()
+    threading.Thread(target=_preload, daemon=True, name="import-server").start()
     early = EarlyStart(FrameReader(), [])
     if os.name == "nt":  # select() does not take pipes there
         return early
@@ -61,6 +61,11 @@ def start(stdin_fd: int, stdout: BinaryIO, storage_path: str | None) -> EarlySta
         stdout.write(encode({"jsonrpc": "2.0", "id": message["id"], "result": early.answered}))
         stdout.flush()
     return early
+
+
+def _preload() -> None:
+    for module in PRELOAD:
+        importlib.import_module(module)
 
 
 def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[str, Any]:
