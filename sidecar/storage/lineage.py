@@ -158,27 +158,25 @@ class LineageQueries:
                     "NULL, NULL, NULL",
                     [session_id, *[list(column) for column in zip(*added, strict=True)]]).fetchall()
             added_tokens = sum(tokens for _, _, tokens in added)
-            first_added = min([p for p, _, _ in added], default=None)
+            # first_position stays: summaries take the positions of replaced items, which are never before it.
             self._db.execute(
                 """
                 UPDATE sessions SET
-                    context_tokens = context_tokens - ? + ?, context_count = context_count - ? + ?,
+                    context_tokens = context_tokens + ?, context_count = context_count + ?,
                     summary_count = summary_count + ?, prunable_count = prunable_count - ?,
-                    prunable_tokens = prunable_tokens - ?, first_position = least(first_position, ?),
-                    revision = revision + 1, updated_at = ?
+                    prunable_tokens = prunable_tokens - ?, revision = revision + 1, updated_at = ?
                 WHERE session_id = ?
                 """,
-                [replaced.tokens, added_tokens, replaced.count, len(added), len(summaries),
-                 replaced.prunable_count, replaced.prunable_tokens, first_added, now, session_id]).fetchall()
+                [added_tokens - replaced.tokens, len(added) - replaced.count, len(summaries),
+                 replaced.prunable_count, replaced.prunable_tokens, now, session_id]).fetchall()
         session = self._sessions.get(session_id)
         if session is None:
             return
         # The same arithmetic as the UPDATE, so the next read of the session needs no query.
-        firsts = [p for p in (session.first_position, first_added) if p is not None]
         self._sessions[session_id] = attrs.evolve(
             session, context_tokens=session.context_tokens - replaced.tokens + added_tokens,
             context_count=session.context_count - replaced.count + len(added),
             summary_count=session.summary_count + len(summaries),
             prunable_count=session.prunable_count - replaced.prunable_count,
-            prunable_tokens=session.prunable_tokens - replaced.prunable_tokens,
-            first_position=min(firsts, default=None), revision=session.revision + 1, updated_at=now)
+            prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
+            updated_at=now)
