@@ -224,6 +224,8 @@ describe('the bundled extension in a stand-in VS Code', () => {
   it('restarts the server on request, shutting the old one down cleanly', async () => {
     const before = exitCodes().length;
     await vscode.commands.get('contextSidecar.restart')!();
+    // The new server can answer initialize before the old process has finished exiting.
+    await until('the old server exit', () => exitCodes().length > before);
     assert.deepEqual(exitCodes().slice(before), ['0']);
     await until('usage after the restart', () => api.getUsage() !== undefined);
     const usage = await api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'agent' });
