@@ -102,18 +102,21 @@ class IngestWrites:
                      [k[2].tool_call_ids for k in kept]],
                 ).fetchall()
             if kept:
+                # Each SET term costs; the first position is set once, and new positions are always the newest.
+                first = session is None or session.first_position is None
                 self._db.execute(
-                    """
+                    f"""
                     UPDATE sessions SET
                         message_count = message_count + ?, context_count = context_count + ?,
                         context_tokens = context_tokens + ?, prunable_count = prunable_count + ?,
                         prunable_tokens = prunable_tokens + ?,
-                        first_position = coalesce(first_position, ?), last_position = greatest(last_position, ?),
-                        revision = revision + 1, updated_at = ?
+                        {"first_position = coalesce(first_position, ?)," if first else ""}
+                        last_position = ?, revision = revision + 1, updated_at = ?
                     WHERE session_id = ?
                     """,
                     [len(kept), len(kept), sum(k[2].tokens for k in kept), sum(1 for k in kept if k[3]),
-                     sum(k[2].tokens for k in kept if k[3]), kept[0][0], kept[-1][0], now, session_id],
+                     sum(k[2].tokens for k in kept if k[3]), *([kept[0][0]] if first else []), kept[-1][0], now,
+                     session_id],
                 ).fetchall()
             recount = session is None or session.prunable_rule != prune_rule
             if recount:
