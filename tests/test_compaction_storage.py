@@ -105,3 +105,19 @@ def test_summarizers_read_the_stored_text_column_which_is_the_text_of_the_verbat
     raws = store.message_raws("s", seqs)
     assert len(texts) == len(messages)
     assert all(texts[seq] == message_text(json.loads(raws[seq])) for seq in seqs)
+
+
+def test_the_context_from_the_tail_cache_is_the_context_in_the_database(tmp_path):
+    sidecar = make_sidecar(tmp_path, freshTail=6)
+    session = coding_session(300)
+    add(sidecar, session[:200])
+    assert asyncio.run(Compaction(sidecar, "s", "incremental", None, DeterministicSummarizer()).run()).compacted
+    sidecar.store().tail(sidecar.session("s"), 10**9, 1)  # as assemble reads it: all of it, then cached
+    add(sidecar, session[200:])
+    store = sidecar.store()
+    assert store._tails._entries["s"].complete  # so the first read below comes from memory
+    cached = store.context(sidecar.session("s"))
+    store._tails.drop()
+    assert cached == store.context(sidecar.session("s"))
+    assert [i.position for i in cached] == sorted(i.position for i in cached)
+    assert len(cached) == sidecar.session("s").context_count

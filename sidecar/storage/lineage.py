@@ -11,6 +11,7 @@ import attrs
 import duckdb
 
 from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
+from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
     "summarizer, created_at"
@@ -38,6 +39,7 @@ class LineageQueries:
     _scalar: Callable[..., Any]
     _write: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[list[tuple[Any, ...]]]]
     _transaction: Callable[..., AbstractContextManager[None]]
+    _tails: TailCache
     _sessions: dict[str, SessionRow]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
@@ -93,9 +95,13 @@ class LineageQueries:
         return None
 
     def context(self, session: SessionRow) -> list[ItemRow]:
-        """The session's whole current context, in order."""
+        """The session's whole current context, in order; from the tail cache when it holds all of it."""
         if session.first_position is None or session.last_position is None:
             return []
+        cached = self._tails.get(session.session_id, session.revision, session.context_tokens + 1,
+                                 session.context_count + 1)
+        if cached is not None and cached[1] and len(cached[0]) == session.context_count:
+            return cached[0]
         # The position bounds let zone maps skip other sessions' row groups; sorting here is cheaper than ORDER BY.
         rows = self._db.execute(
             "SELECT position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids FROM context_items "
