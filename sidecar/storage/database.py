@@ -228,17 +228,6 @@ class Storage(IngestWrites, LineageQueries):
             upto = after
             window *= 4
 
-    def messages_by_seq(self, session_id: str, seqs: Sequence[int]) -> list[StoredMessage]:
-        """Stored messages at the given positions, in order."""
-        if not seqs:
-            return []
-        rows = self._db.execute(
-            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
-            "WHERE session_id = ? AND seq BETWEEN ? AND ? AND seq IN (SELECT unnest(?::BIGINT[])) ORDER BY seq",
-            [session_id, min(seqs), max(seqs), list(seqs)],
-        ).fetchall()
-        return [StoredMessage(*row) for row in rows]
-
     def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
         """Verbatim JSON of messages by seq."""
         if not seqs:
