@@ -14,7 +14,7 @@ from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
 from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
-from sidecar.wire import RawJSON, dumps, unstructure
+from sidecar.wire import RawJSON, dumps, unstructure, utf8
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
             "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
-    return RawJSON(f'{{"messages":[{",".join(messages)}],"items":[{",".join(items)}],{dumps(rest)[1:]}')
+    return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
+                             utf8(dumps(rest)[1:]))))
 
 
 def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:
@@ -66,18 +67,18 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
-def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[str], list[str]]:
-    """The chosen items as OpenAI messages and as ``items`` entries, each as JSON text."""
+def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[bytes], list[str]]:
+    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text)."""
     store = sidecar.store()
     rendered = sidecar.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
     summaries = store.summaries(session.session_id, [i.ref_id for i in chosen if i.kind == "summary"])
-    messages: list[str] = []
+    messages: list[bytes] = []
     items: list[str] = []
     missing: list[tuple[int, ItemRow]] = []
     for item in chosen:
         if item.kind == "summary":
-            messages.append(dumps({"role": "user", "content": render_stored_summary(summaries[item.ref_id])}))
+            messages.append(utf8(dumps({"role": "user", "content": render_stored_summary(summaries[item.ref_id])})))
             items.append(f'{{"kind":"summary","id":{dumps(item.ref_id)},"tokens":{item.tokens}}}')
             continue
         pruned = item.position in plan.pruned
@@ -85,7 +86,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
         tail = f'{PLACEHOLDER_TOKENS},"pruned":true}}' if pruned else f"{item.tokens}}}"
         if entry is None:
             missing.append((len(messages), item))
-            messages.append("")
+            messages.append(b"")
             items.append(tail)
         else:
             messages.append(entry[0])
@@ -99,7 +100,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
     return messages, items
 
 
-def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[str], items: list[str],
+def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[bytes], items: list[str],
                     missing: list[tuple[int, ItemRow]]) -> None:
     """Render, from the stored JSON, messages not kept rendered and those whose tool calls are trimmed."""
     raws = sidecar.store().message_raws(session.session_id, [item.position for _, item in missing])
@@ -111,7 +112,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
         head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
         items[index] = head + items[index]
         if item.position not in plan.answered:
-            messages[index] = sidecar.rendered.put(item.position, pruned, dumps(message), head)[0]
+            messages[index] = sidecar.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]
             continue
         keep = plan.answered[item.position]
         calls = [call for call in message.get("tool_calls") or () if call["id"] in keep]
@@ -121,7 +122,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
             message.pop("tool_calls", None)
             if not message.get("content"):
                 continue  # nothing left to send: a call whose results are not stored yet
-        messages[index] = dumps(message)
+        messages[index] = utf8(dumps(message))
 
 
 def render_stored_summary(summary: SummaryRow) -> str:

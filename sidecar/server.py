@@ -25,7 +25,7 @@ from sidecar.errors import SidecarError
 from sidecar.settings import summarizer_name
 from sidecar.storage.rows import StorageFailure
 from sidecar.transport import Frame, FrameReader
-from sidecar.wire import ParamsError, RawJSON, dumps, structure, unstructure
+from sidecar.wire import ParamsError, RawJSON, dumps, structure, unstructure, utf8
 
 if TYPE_CHECKING:
     from sidecar.compaction.runner import CompactionRunner
@@ -116,8 +116,8 @@ class SidecarProtocol(LanguageServerProtocol):
             # Our handlers return plain JSON data or text: written directly, without pygls walking it with cattrs.
             self._request_futures.pop(msg_id, None)
             result = future.result()
-            text = result if isinstance(result, RawJSON) else dumps(result)
-            self.send_text(f'{{"jsonrpc":"2.0","id":{dumps(msg_id)},"result":{text}}}')
+            body = result if isinstance(result, RawJSON) else utf8(dumps(result))
+            self.send_bytes(b"".join((b'{"jsonrpc":"2.0","id":', utf8(dumps(msg_id)), b',"result":', body, b"}")))
             return
         if error is None or isinstance(error, JsonRpcException):
             super()._send_handler_result(future, msg_id=msg_id)
@@ -127,12 +127,10 @@ class SidecarProtocol(LanguageServerProtocol):
         log.error("request %s failed", msg_id, exc_info=error)
         self._send_response(msg_id, error=_error_reply(error))
 
-    def send_text(self, body: str) -> None:
-        """Write one message, already JSON text, with its header."""
-        # Lone surrogates can only sit inside JSON strings, where \uXXXX is their valid escape.
-        data = body.encode("utf-8", "backslashreplace")
+    def send_bytes(self, body: bytes) -> None:
+        """Write one message, already UTF-8 JSON, with its header."""
         try:
-            self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+            self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         except Exception:
             log.exception("failed to send a message")
 

@@ -26,13 +26,19 @@ class ParamsError(ValueError):
         self.field = field
 
 
-class RawJSON(str):
-    """Text that is already JSON: a handler's result written into the reply as it is, not encoded again."""
+class RawJSON(bytes):
+    """UTF-8 JSON already encoded: a handler's result written into the reply as it is, not encoded again."""
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text, non-ASCII kept as is (the wire is UTF-8)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def utf8(text: str) -> bytes:
+    """JSON text as it goes on the wire."""
+    # Lone surrogates can only sit inside JSON strings, where the \uXXXX that backslashreplace writes is valid.
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _strict(kind: type) -> Any:

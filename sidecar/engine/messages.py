@@ -157,19 +157,20 @@ class RenderedMessages:
     """Assembled messages as JSON text, by (position, pruned), bounded by total size.
 
     Stored messages never change and positions are never reused, so an entry stays true while it is kept.
-    Each entry is the message's text and the start of its entry in ``items``, up to its token count.
+    Each entry is the message as UTF-8 JSON (bytes join without widening, whatever the characters) and the
+    start of its entry in ``items``, up to its token count.
     """
 
     def __init__(self, max_chars: int = 16 * 1024 * 1024) -> None:
-        self._texts: dict[tuple[int, bool], tuple[str, str]] = {}
+        self._texts: dict[tuple[int, bool], tuple[bytes, str]] = {}
         self._chars = 0
         self.max_chars = max_chars
 
-    def get(self, position: int, pruned: bool) -> tuple[str, str] | None:
+    def get(self, position: int, pruned: bool) -> tuple[bytes, str] | None:
         """The rendered message and item head, if kept."""
         return self._texts.get((position, pruned))
 
-    def put(self, position: int, pruned: bool, message: str, item_head: str) -> tuple[str, str]:
+    def put(self, position: int, pruned: bool, message: bytes, item_head: str) -> tuple[bytes, str]:
         """Keep a rendering, evicting the oldest kept when over the bound; returns it."""
         entry = self._texts[(position, pruned)] = (message, item_head)
         self._chars += len(message) + len(item_head)
