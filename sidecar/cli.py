@@ -142,7 +142,10 @@ def serve(db: str | None, client_process_id: int | None) -> int:
             asyncio.get_running_loop().create_task(_watch_parent(client_process_id))
         return await server.serve(sys.stdin.buffer, stdout, early)
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    finally:
+        gc.unfreeze()  # let the last collection see DuckDB's objects, or its bindings report them as leaked
 
 
 async def _watch_parent(pid: int) -> None:

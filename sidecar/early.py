@@ -56,10 +56,16 @@ def start(stdin_fd: int, stdout: BinaryIO, storage_path: str | None) -> EarlySta
         early.reader.feed(data)
         early.frames = early.reader.frames()
     message = early.frames[0].message
-    if _plain_initialize(message):
-        early.answered = initialize_result(message["params"], storage_path)
-        stdout.write(encode({"jsonrpc": "2.0", "id": message["id"], "result": early.answered}))
-        stdout.flush()
+    if not _plain_initialize(message):
+        return early
+    try:
+        result = initialize_result(message["params"], storage_path)
+        reply = encode({"jsonrpc": "2.0", "id": message["id"], "result": result})
+    except Exception:  # e.g. a lone surrogate in a path, or a URI urlparse rejects: the server answers those
+        return early
+    stdout.write(reply)
+    stdout.flush()
+    early.answered = result
     return early
 
 

@@ -72,6 +72,10 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
     names.update({call_id: recent[call_id] for call_id in pending if call_id in recent})
     pending = [call_id for call_id in pending if call_id not in names]
+    for call_id in pending:  # checked before DuckDB sees them in the lookup below
+        if LONE_SURROGATE.search(call_id):
+            index = next(i for i, m in enumerate(params.messages) if m.get("tool_call_id") == call_id)
+            raise invalid_params("contains invalid Unicode (a lone surrogate)", f"messages[{index}].tool_call_id")
     if pending and existing is not None:
         names.update(store.tool_names(params.session_id, pending, existing.last_position))
     max_part = sidecar.settings.prune.max_tokens_per_part

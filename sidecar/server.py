@@ -78,6 +78,19 @@ def _check_unicode(params: Any) -> None:
         raise ParamsError("params nested too deeply") from None
 
 
+def _essential_capabilities(capabilities: Any) -> dict[str, Any]:
+    """What the sidecar reads of a client's capabilities: ``experimental`` and ``workspace.configuration``."""
+    if not isinstance(capabilities, dict):
+        return {}
+    kept: dict[str, Any] = {}
+    if "experimental" in capabilities:
+        kept["experimental"] = capabilities["experimental"]
+    workspace = capabilities.get("workspace")
+    if isinstance(workspace, dict) and isinstance(workspace.get("configuration"), bool):
+        kept["workspace"] = {"configuration": workspace["configuration"]}
+    return kept
+
+
 def _error_reply(error: BaseException) -> lsp.ResponseError:
     """How an unexpected exception in a handler is answered: storage failures as -32021, the rest -32603."""
     if isinstance(error, StorageFailure) or type(error).__module__.startswith(("duckdb", "_duckdb")):
@@ -111,6 +124,8 @@ class SidecarProtocol(LanguageServerProtocol):
             if result != sent:
                 log.error("initialize was answered early with %s, but the server's result is %s", sent,
                           result if error is None else repr(error))
+            # The client holds a success reply: serve on, on whatever settings were applied.
+            self._server.initialized = True
             return
         if error is None and not future.cancelled() and isinstance(future.result(), (dict, RawJSON)):
             # Our handlers return plain JSON data or text: written directly, without pygls walking it with cattrs.
@@ -333,10 +348,11 @@ class SidecarServer(LanguageServer):
             structured = self.protocol.structure_message(envelope)
         except Exception as error:
             if is_request and msg_id in self.protocol.answered_early and isinstance(params, dict):
-                # Already answered: initialize on the settings and workspace the reply was built from.
+                # Already answered: initialize on the settings, workspace and sidecar capabilities it was built from.
                 log.error("initialize was answered early but its params do not fit LSP's types: %s", error)
                 keep = ("initializationOptions", "rootUri", "rootPath", "workspaceFolders")
-                envelope["params"] = {"capabilities": {}, **{key: params[key] for key in keep if key in params}}
+                envelope["params"] = {"capabilities": _essential_capabilities(params.get("capabilities")),
+                                      **{key: params[key] for key in keep if key in params}}
                 self.protocol.handle_message(self.protocol.structure_message(envelope))
             elif is_request:
                 self.reply_error(msg_id, codes.INVALID_PARAMS, f"invalid params for {method}: {error}")

@@ -151,6 +151,17 @@ def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget
         assert window.start == 0
 
 
+def test_the_window_does_not_count_an_orphan_tool_output_toward_the_budget():
+    """An orphan (a result with no call) is never chosen, so the window must not stop early on its tokens."""
+    items = [FakeItem(p, "message", "user", 10) for p in range(1, 601)]
+    items[589] = FakeItem(590, "message", "tool", 2000, tool_call_id="no-such-call")
+    whole = assemble(items, 3000, 0)
+    window = plan_window(items, 3000, 0, None)
+    part = assemble(items[window.start:], 3000, 0)
+    assert [i.position for i in part.chosen] == [i.position for i in whole.chosen]
+    assert part.tokens == whole.tokens == 3000
+
+
 def _call_ids(items) -> set[str]:
     return {c for i in items for c in (i.tool_call_ids or ())}
 

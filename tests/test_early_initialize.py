@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -19,12 +20,18 @@ from tests.conftest import SERVER_COMMAND
 def _exchange(args: list[str], messages: list[dict[str, Any]], log: Path, env: dict[str, str] | None = None,
               timeout: float = 30) -> list[dict[str, Any]]:
     """Send every message at once, then read replies until the process exits; returns what it wrote."""
-    data = b"".join(encode(m) for m in messages)
+    data = b"".join(_frame(m) for m in messages)
     proc = subprocess.run([*SERVER_COMMAND, *args, "-v", "--log-file", str(log)], input=data,
                           capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
     reader = FrameReader()
     reader.feed(proc.stdout)
     return [frame.message for frame in reader.frames(stalled=True)]
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    """A framed message with non-ASCII escaped, as clients that send lone surrogates do."""
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
 def _session(initialize_params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,6 +85,31 @@ def test_unusual_initialize_params_are_left_to_the_server(tmp_path):
     replies = _replies(_exchange(["--db", ":memory:"], messages, log))
     assert replies[1]["error"]["code"] == errors.INVALID_PARAMS
     assert replies[2]["error"]["code"] == errors.SERVER_NOT_INITIALIZED
+
+
+@pytest.mark.parametrize("params", [
+    {"capabilities": {}, "rootPath": "/tmp/bad \udc80 path"},
+    {"capabilities": {}, "rootUri": "file://[x/y"},
+])
+def test_initialize_the_early_path_cannot_answer_is_answered_by_the_server(params, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    replies = _replies(_exchange([], _session(params), tmp_path / "server.log"))
+    assert set(replies) == {1, 2, 3}  # every request answered, whatever the answer to initialize
+    assert "result" in replies[1] or replies[1]["error"]["code"] < 0
+
+
+def test_an_early_answered_initialize_that_lsp_types_reject_keeps_the_sidecar_capabilities(tmp_path):
+    """The server adopts it with what it reads of capabilities, so turning usage notifications off holds."""
+    params = {"capabilities": {"textDocument": {"synchronization": 5},
+                               "experimental": {methods.EXPERIMENTAL_KEY: {"usageNotifications": False}}}}
+    messages = _session(params)
+    messages.insert(2, {"jsonrpc": "2.0", "id": 9, "method": methods.MEMORY_INGEST,
+                        "params": {"sessionId": "s", "messages": [{"role": "user", "content": "hi"}]}})
+    seen = _exchange(["--db", ":memory:"], messages, tmp_path / "server.log")
+    replies = _replies(seen)
+    assert "capabilities" in replies[1]["result"]
+    assert replies[9]["result"]["ids"]
+    assert not [m for m in seen if m.get("method") == methods.CONTEXT_DID_CHANGE_USAGE]
 
 
 def test_an_initialize_split_across_writes_is_read_whole_and_nothing_after_it_is_lost(tmp_path):

@@ -102,6 +102,8 @@ async def test_a_batch_with_one_bad_message_stores_nothing(sidecar, bad, field):
     (methods.MEMORY_INGEST, {"sessionId": "s", "messages": [{"role": "user", "content": "bad \ud800 text"}]},
      "messages[0]"),
     (methods.MEMORY_INGEST, {"sessionId": "s", "messages": [], "session": {"title": "bad \udfff"}}, None),
+    (methods.MEMORY_INGEST, {"sessionId": "s1", "messages": [{"role": "tool", "tool_call_id": "c\ud800",
+                                                               "content": "x"}]}, "messages[0].tool_call_id"),
     (methods.MEMORY_IMPORT, {"path": "/no/such/transcript.jsonl"}, "path"),
     (methods.MEMORY_IMPORT, {"path": "/etc/hostname", "format": "pi"}, "path"),
     (methods.CONTEXT_ASSEMBLE, {"sessionId": "s1", "budget": "10"}, "budget"),

@@ -141,7 +141,7 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
     placeholder = rule.placeholder_tokens if rule is not None else 0
     cost = 0
     messages = 0
-    pending: dict[str, int] = {}
+    pending: dict[str, tuple[int, int]] = {}  # results whose call is not met yet: call id -> (index, cost added)
     pruned: list[int] = []
     calibrate = abs(factor - 1.0) >= 1e-9
     # One pass, written for speed: assemble calls this on every request over about a budget's worth of items.
@@ -158,22 +158,23 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
                 protected_prunable += tokens
             elif prune:
                 pruned.append(item.position)
-                cost += placeholder
                 tokens = -1
-        if tokens >= 0:
-            cost += math.ceil(tokens * factor) if calibrate else tokens
+        added = placeholder if tokens < 0 else (math.ceil(tokens * factor) if calibrate else tokens)
+        cost += added
         if item.kind == "message":
             messages += 1
         if is_tool:
-            pending[item.tool_call_id or ""] = index
+            pending[item.tool_call_id or ""] = (index, added)
         elif item.tool_call_ids and pending:
             for call_id in item.tool_call_ids:
                 pending.pop(call_id, None)
         if pending:
-            if index < min(pending.values()) - ORPHAN_AFTER:
-                kept = {call_id: seen for call_id, seen in pending.items() if seen - index <= ORPHAN_AFTER}
-                messages -= len(pending) - len(kept)  # orphans are not chosen, nor counted in the fresh tail
-                pending = kept
+            if index < min(seen for seen, _ in pending.values()) - ORPHAN_AFTER:
+                orphans = {call_id: entry for call_id, entry in pending.items() if entry[0] - index > ORPHAN_AFTER}
+                # Orphans are never chosen: they count neither in the fill nor in the fresh tail.
+                messages -= len(orphans)
+                cost -= sum(added for _, added in orphans.values())
+                pending = {call_id: entry for call_id, entry in pending.items() if call_id not in orphans}
         elif cost > budget and messages >= fresh_tail and not is_tool:
             return Window(index, frozenset(pruned), True)
     return Window(0, frozenset(pruned), False)
