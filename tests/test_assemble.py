@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,10 +152,12 @@ def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget
         assert window.start == 0
 
 
-def test_the_window_does_not_count_an_orphan_tool_output_toward_the_budget():
+@pytest.mark.parametrize("orphans", [[590], [588, 590]])
+def test_the_window_does_not_count_an_orphan_tool_output_toward_the_budget(orphans):
     """An orphan (a result with no call) is never chosen, so the window must not stop early on its tokens."""
     items = [FakeItem(p, "message", "user", 10) for p in range(1, 601)]
-    items[589] = FakeItem(590, "message", "tool", 2000, tool_call_id="no-such-call")
+    for position in orphans:  # two orphans may answer the same missing call
+        items[position - 1] = FakeItem(position, "message", "tool", 2000, tool_call_id="no-such-call")
     whole = assemble(items, 3000, 0)
     window = plan_window(items, 3000, 0, None)
     part = assemble(items[window.start:], 3000, 0)

@@ -141,7 +141,7 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
     placeholder = rule.placeholder_tokens if rule is not None else 0
     cost = 0
     messages = 0
-    pending: dict[str, tuple[int, int]] = {}  # results whose call is not met yet: call id -> (index, cost added)
+    pending: dict[str, tuple[int, int, int]] = {}  # results whose call is not met yet: id -> (index, cost, count)
     pruned: list[int] = []
     calibrate = abs(factor - 1.0) >= 1e-9
     # One pass, written for speed: assemble calls this on every request over about a budget's worth of items.
@@ -164,16 +164,19 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
         if item.kind == "message":
             messages += 1
         if is_tool:
-            pending[item.tool_call_id or ""] = (index, added)
+            call_id = item.tool_call_id or ""
+            seen, spent, count = pending.get(call_id, (index, 0, 0))
+            pending[call_id] = (seen, spent + added, count + 1)
         elif item.tool_call_ids and pending:
             for call_id in item.tool_call_ids:
                 pending.pop(call_id, None)
         if pending:
-            if index < min(seen for seen, _ in pending.values()) - ORPHAN_AFTER:
+            # The first pending result is the one waiting longest (dicts keep insertion order).
+            if next(iter(pending.values()))[0] - index > ORPHAN_AFTER:
                 orphans = {call_id: entry for call_id, entry in pending.items() if entry[0] - index > ORPHAN_AFTER}
                 # Orphans are never chosen: they count neither in the fill nor in the fresh tail.
-                messages -= len(orphans)
-                cost -= sum(added for _, added in orphans.values())
+                messages -= sum(count for _, _, count in orphans.values())
+                cost -= sum(spent for _, spent, _ in orphans.values())
                 pending = {call_id: entry for call_id, entry in pending.items() if call_id not in orphans}
         elif cost > budget and messages >= fresh_tail and not is_tool:
             return Window(index, frozenset(pruned), True)
