@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import methods
-from sidecar.engine.assembly import PruneRule, assemble, is_prunable, plan_pruning, plan_window
+from sidecar.engine.assembly import PruneRule, assemble, is_prunable, plan_window, prune_candidates
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest
 from tests.helpers.openai_checks import assert_valid_openai_sequence
@@ -125,6 +125,12 @@ def test_assemble_agrees_with_the_plain_reference(items, budget, fresh_tail, dat
     assert plan.pruned == pruned & set(positions)
 
 
+def _reference_pruning(items, rule, older_prunable_tokens, factor):
+    """PROTOCOL.md's rule written plainly: outputs older than the protected window, when together worth it."""
+    positions, total = prune_candidates(items, rule, factor)
+    return frozenset(positions) if (total + older_prunable_tokens) * factor > rule.minimum_tokens else frozenset()
+
+
 def _calibrated(items, factor):
     return [attrs.evolve(item, tokens=math.ceil(item.tokens * factor)) for item in items]
 
@@ -137,7 +143,7 @@ def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget
                                                                    older, factor, prune):
     rule = PruneRule(protect, minimum, frozenset({"skill"}), 7) if prune else None
     in_items = sum(item.tokens for item in items if rule and is_prunable(item, rule))
-    pruned = plan_pruning(items, rule, older, factor) if rule else frozenset()
+    pruned = _reference_pruning(items, rule, older, factor) if rule else frozenset()
     whole = assemble(_calibrated(items, factor), budget, fresh_tail, pruned, 7)
 
     window = plan_window(items, budget, fresh_tail, rule, older + in_items, factor)

@@ -82,15 +82,6 @@ def is_prunable_output(role: str, tokens: int, tool_name: str | None, rule: Prun
     return not (set(names.split(",")) & rule.protected_tools)
 
 
-def plan_pruning(items: Sequence[Item], rule: PruneRule, older_prunable_tokens: int = 0,
-                 factor: float = 1.0) -> frozenset[int]:
-    """Positions to prune: the candidates, when they and older ones not given exceed ``minimum_tokens``."""
-    positions, total = prune_candidates(items, rule, factor)
-    if (total + older_prunable_tokens) * factor > rule.minimum_tokens:
-        return frozenset(positions)
-    return frozenset()
-
-
 def context_total(items: Sequence[Item], rule: PruneRule | None, factor: float = 1.0) -> int:
     """Tokens of a whole context as assembled with no budget: calibrated, and pruned when ``rule`` is given."""
     total = math.ceil(sum(item.tokens for item in items) * factor)
@@ -127,7 +118,7 @@ class Window:
 
 def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: PruneRule | None,
                 all_prunable_tokens: int = 0, factor: float = 1.0) -> Window:
-    """One backward scan: decide pruning as ``plan_pruning`` would, and stop once the budget is surely spent.
+    """One backward scan: decide pruning (PROTOCOL.md's rule) and stop once the budget is surely spent.
 
     ``items`` are a chronological suffix of the context with raw estimates, ``all_prunable_tokens`` the raw
     tokens of every prunable output in the whole context. The window ends at a unit boundary past the
