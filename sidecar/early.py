@@ -87,16 +87,18 @@ def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[
             "executeCommandProvider": {"commands": []},
             "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True},
                           "fileOperations": {}},
-            "experimental": {methods.EXPERIMENTAL_KEY: {
-                "protocolVersion": methods.PROTOCOL_VERSION,
-                "methods": list(methods.REQUESTS),
-                "compactionModes": list(methods.COMPACTION_MODES),
-                "summarizer": summarizer_name(settings),
-                "storage": storage_path or settings.storage.path or default_storage_path(root),
-            }},
+            "experimental": {methods.EXPERIMENTAL_KEY: sidecar_capabilities(
+                list(methods.REQUESTS), summarizer_name(settings),
+                storage_path or settings.storage.path or default_storage_path(root))},
         },
         "serverInfo": {"name": methods.SERVER_NAME, "version": __version__},
     }
+
+
+def sidecar_capabilities(served: list[str], summarizer: str, storage: str) -> dict[str, Any]:
+    """``capabilities.experimental.contextSidecar`` of the initialize result (the server's and the early one)."""
+    return {"protocolVersion": methods.PROTOCOL_VERSION, "methods": served,
+            "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": storage}
 
 
 def _plain_initialize(message: Any) -> bool:

@@ -21,6 +21,7 @@ from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
 from sidecar.core import Sidecar
+from sidecar.early import sidecar_capabilities
 from sidecar.errors import SidecarError
 from sidecar.settings import summarizer_name
 from sidecar.storage.rows import StorageFailure
@@ -184,13 +185,8 @@ class SidecarServer(LanguageServer):
 
     def capabilities(self) -> dict[str, Any]:
         """``capabilities.experimental.contextSidecar`` of the initialize result."""
-        return unstructure(types.SidecarCapabilities(
-            protocol_version=methods.PROTOCOL_VERSION,
-            methods=[m for m in methods.REQUESTS if m in self.protocol.fm.features],
-            compaction_modes=list(methods.COMPACTION_MODES),
-            summarizer=summarizer_name(self.sidecar.settings),  # type: ignore[arg-type]
-            storage=self.sidecar.storage_path or "",
-        ))
+        return sidecar_capabilities([m for m in methods.REQUESTS if m in self.protocol.fm.features],
+                                    summarizer_name(self.sidecar.settings), self.sidecar.storage_path or "")
 
     # Outgoing
 
