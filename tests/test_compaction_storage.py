@@ -74,7 +74,7 @@ def test_messages_ingested_during_a_compaction_are_counted_after_it(tmp_path):
     stored = fresh_session(sidecar)
     assert outcome.tokens_after == sidecar.estimated_tokens(stored)
     assert sidecar.session("s").context_count == stored.context_count
-    items = sidecar.store().items("s")
+    items = sidecar.store().items(sidecar.session("s"))
     assert [i.ref_id for i in items[-50:]] == [m["id"] for m in coding_session(200)[150:]]
 
 
@@ -99,7 +99,7 @@ def test_summarizers_read_the_stored_text_column_which_is_the_text_of_the_verbat
     messages = parse_transcript(PI_SESSION, "pi").messages
     add(sidecar, messages)
     store = sidecar.store()
-    items = store.items("s")
+    items = store.items(sidecar.session("s"))
     seqs = [i.position for i in items]
     texts = {m.seq: m.text for m in store.source_messages("s", [(seqs[0], seqs[-1])])}
     raws = store.message_raws("s", seqs)

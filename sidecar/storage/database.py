@@ -7,12 +7,13 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 import attrs
 import duckdb
 
-from sidecar.storage.ingest import IngestWrites
+from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
@@ -31,8 +32,10 @@ _LOCK_PID = re.compile(r"PID (\d+)")
 MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 
 
-_SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow))
+_SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow) if f.name != "live_count")
 _ITEM_COLUMNS = "position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids"
+_LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id, tool_call_ids"
+"""A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
 class Storage(IngestWrites, LineageQueries):
@@ -123,7 +126,6 @@ class Storage(IngestWrites, LineageQueries):
         with self._transaction():
             for sql, params in statements:
                 results.append(self._db.execute(sql, params).fetchall())
-        self._sessions.clear()  # callers may have changed any session's row
         return results
 
     def allocate_positions(self, count: int) -> int:
@@ -143,27 +145,55 @@ class Storage(IngestWrites, LineageQueries):
                                 [session_id]).fetchall()
         if not rows:
             return None
-        self._sessions[session_id] = _session(rows[0])
+        self._sessions[session_id] = self._with_live(_session(rows[0]))
         return self._sessions[session_id]
+
+    def _with_live(self, stored: SessionRow) -> SessionRow:
+        """The stored row plus its live messages, which ingest does not count in the row."""
+        prunable, params = prunable_condition(stored.prunable_rule)
+        count, tokens, prunable_count, prunable_tokens, first, last, latest = self._db.execute(
+            f"SELECT count(*), coalesce(sum(tokens), 0), count(*) FILTER ({prunable}), "
+            f"coalesce(sum(tokens) FILTER ({prunable}), 0), min(seq), max(seq), max(created_at) "
+            "FROM messages WHERE session_id = ? AND seq > ?",
+            [*params, *params, stored.session_id, stored.live_after]).fetchall()[0]
+        if not count:
+            return stored
+        return attrs.evolve(
+            stored, message_count=stored.message_count + count, context_count=stored.context_count + count,
+            context_tokens=stored.context_tokens + tokens, prunable_count=stored.prunable_count + prunable_count,
+            prunable_tokens=stored.prunable_tokens + prunable_tokens,
+            first_position=first if stored.first_position is None else min(first, stored.first_position),
+            last_position=last if stored.last_position is None else max(last, stored.last_position),
+            revision=stored.revision + count, updated_at=max(latest, stored.updated_at), live_count=count)
 
     def sessions(self) -> list[SessionRow]:
         """Every session, most recently updated first."""
-        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC").fetchall()
-        return [_session(row) for row in rows]
+        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions").fetchall()
+        for row in rows:
+            if row[0] not in self._sessions:
+                self._sessions[row[0]] = self._with_live(_session(row))
+        found = [self._sessions[row[0]] for row in rows]
+        return sorted(found, key=lambda session: session.updated_at, reverse=True)
 
     def delete_session(self, session_id: str) -> bool:
         """Remove every row of the session; whether it existed."""
         if self.session(session_id) is None:
             return False
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
+        self._sessions.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
         return True
 
     def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:
         """Store provider-reported tokens, valid until the session's next change."""
-        self._write([("UPDATE sessions SET reported_tokens = ?, reported_revision = revision, calibration = ? "
-                      "WHERE session_id = ?", [tokens, calibration, session_id])])
+        session = self.session(session_id)
+        if session is None:
+            return
+        self._write([("UPDATE sessions SET reported_tokens = ?, reported_revision = ?, calibration = ? "
+                      "WHERE session_id = ?", [tokens, session.revision, calibration, session_id])])
+        self._sessions[session_id] = attrs.evolve(session, reported_tokens=tokens, reported_revision=session.revision,
+                                                  calibration=calibration)
 
     @contextlib.contextmanager
     def _transaction(self, raise_constraint: bool = False) -> Iterator[None]:
@@ -183,20 +213,39 @@ class Storage(IngestWrites, LineageQueries):
             raise
         self.dirty = True
 
+    def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One statement in its own transaction: a BEGIN and a COMMIT of our own would cost a third more."""
+        try:
+            rows = self._db.execute(sql, params).fetchall()
+        except duckdb.ConstraintException:
+            raise
+        except duckdb.Error as error:
+            raise StorageFailure(str(error)) from error
+        self.dirty = True
+        return rows
+
     # The context
 
-    def items(self, session_id: str, after: int | None = None, upto: int | None = None) -> list[ItemRow]:
-        """Context items with ``after < position <= upto``, in order."""
-        sql = f"SELECT {_ITEM_COLUMNS} FROM context_items WHERE session_id = ?"
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND position > ?"
-            params.append(after)
-        if upto is not None:
-            sql += " AND position <= ?"
-            params.append(upto)
-        rows = self._db.execute(sql + " ORDER BY position", params).fetchall()
-        return [ItemRow(*row[:-1], tuple(row[-1]) if row[-1] is not None else None) for row in rows]
+    def items(self, session: SessionRow, after: int | None = None, upto: int | None = None) -> list[ItemRow]:
+        """Context items with ``after < position <= upto``, in order: stored items, then live messages."""
+        low = (session.first_position or 0) - 1 if after is None else after
+        high = session.last_position if upto is None else upto
+        if high is None:
+            return []
+        parts: list[str] = []
+        params: list[Any] = []
+        if low < session.live_after:
+            parts.append(f"SELECT {_ITEM_COLUMNS} FROM context_items WHERE session_id = ? AND position > ? "
+                         "AND position <= ?")
+            params += [session.session_id, low, min(high, session.live_after)]
+        if high > session.live_after and session.live_count:
+            parts.append(f"SELECT {_LIVE_ITEM_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?")
+            params += [session.session_id, max(low, session.live_after), high]
+        if not parts:
+            return []
+        rows = self._db.execute(" UNION ALL ".join(parts), params).fetchall()
+        rows.sort(key=itemgetter(0))  # cheaper here than ORDER BY
+        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows]
 
     def tail(self, session: SessionRow, min_tokens: int, min_count: int,
              before: int | None = None) -> tuple[list[ItemRow], bool]:
@@ -218,7 +267,7 @@ class Storage(IngestWrites, LineageQueries):
         while True:
             after = upto - window
             complete = after < (session.first_position or 0)
-            chunk = self.items(session.session_id, None if complete else after, upto)
+            chunk = self.items(session, None if complete else after, upto)
             found = chunk + found
             tokens += sum(item.tokens for item in chunk)
             if complete or (tokens >= min_tokens and len(found) >= min_count):

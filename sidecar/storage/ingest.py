@@ -17,6 +17,15 @@ from sidecar.storage.rows import ItemRow, SessionRow, utcnow
 from sidecar.storage.tail import TailCache
 
 
+def prunable_condition(prune_rule: str | None) -> tuple[str, list[Any]]:
+    """SQL over a message's role, tokens and tool_name: a tool output pruning may replace under the rule."""
+    if prune_rule is None:
+        return "false", []
+    placeholder, _, protected = prune_rule.partition(":")
+    return ("role = 'tool' AND tokens > ? AND NOT list_has_any(string_split(coalesce(tool_name, ''), ','), "
+            "?::VARCHAR[])", [int(placeholder), protected.split(",") if protected else []])
+
+
 class IngestWrites:
     """The part of Storage that appends messages and keeps the session's running totals."""
 
@@ -26,12 +35,14 @@ class IngestWrites:
     allocate_positions: Callable[[int], int]
     session: Callable[[str], SessionRow | None]
     _transaction: Callable[..., AbstractContextManager[None]]
+    _statement: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 
     def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any],
                prunable: Sequence[bool], prune_rule: str) -> tuple[list[str], int]:
         """Store new messages at the end of the session's context, atomically; returns (ids, duplicates).
 
         ``prunable`` says which rows are tool outputs pruning may replace, counted under ``prune_rule``.
+        The messages join the context as live messages (``SessionRow.live_after``): one INSERT, no other row.
         """
         now = utcnow()
         ids: list[str] = []
@@ -46,134 +57,117 @@ class IngestWrites:
         first = self.allocate_positions(len(fresh))
         seqs = list(range(first, first + len(fresh)))
         session = self.session(session_id)
+        info = {key: value for key, value in info.items()
+                if value is not None and (session is None or getattr(session, key) != value)}
+        alone = session is not None and not info and session.prunable_rule == prune_rule
         try:
             # Optimistic: a plain INSERT is twice as fast as ON CONFLICT, and duplicates are the exception.
-            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, skip_duplicates=False)
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, False)
         except duckdb.ConstraintException:
-            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, skip_duplicates=True)
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, True)
         return ids, len(rows) - stored
 
     def _ingest_rows(self, session_id: str, session: SessionRow | None, fresh: list[tuple[str, MessageRow, bool]],
-                     seqs: list[int], info: dict[str, Any], prune_rule: str, now: datetime,
+                     seqs: list[int], info: dict[str, Any], prune_rule: str, now: datetime, alone: bool,
                      skip_duplicates: bool) -> int:
-        """One ingest transaction; returns how many rows were stored."""
-        kept: list[tuple[int, str, MessageRow, bool]] = []
-        with self._transaction(raise_constraint=True):
-            if session is None or any(value is not None for value in info.values()):
-                self._db.execute(*self._upsert_session(session_id, info, now)).fetchall()
-            if fresh:
-                conflict = " ON CONFLICT DO NOTHING RETURNING seq" if skip_duplicates else ""
-                if len(fresh) == 1:
-                    # One row binds faster as VALUES than as lists to unnest (0.7 of 1.0 ms per statement).
-                    msg_id, row, _ = fresh[0]
-                    returned = self._db.execute(
-                        f"INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], ?, ?, ?){conflict}",
-                        [session_id, msg_id, seqs[0], row.role, row.raw, row.text, row.tool_name, row.tool_call_id,
-                         row.tool_call_ids, row.tokens, now, row.message_at or now]).fetchall()
-                else:
-                    returned = self._db.execute(
-                        f"""
-                        INSERT INTO messages
-                        SELECT ?, unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]),
-                               unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
-                               unnest(?::VARCHAR[][]), unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[]){conflict}
-                        """,
-                        [session_id, [i for i, _, _ in fresh], seqs, [r.role for _, r, _ in fresh],
-                         [r.raw for _, r, _ in fresh], [r.text for _, r, _ in fresh],
-                         [r.tool_name for _, r, _ in fresh], [r.tool_call_id for _, r, _ in fresh],
-                         [r.tool_call_ids for _, r, _ in fresh], [r.tokens for _, r, _ in fresh], now,
-                         [r.message_at or now for _, r, _ in fresh]],
-                    ).fetchall()
-                stored = {seq for (seq,) in returned} if skip_duplicates else set(seqs)
-                # Only stored rows join the context.
-                kept = [(seq, *entry) for seq, entry in zip(seqs, fresh, strict=True) if seq in stored]
-            if len(kept) == 1:
-                seq, msg_id, row, _ = kept[0]
-                self._db.execute("INSERT INTO context_items VALUES (?, ?, 'message', ?, ?, ?, ?, ?, ?::VARCHAR[])",
-                                 [session_id, seq, msg_id, row.role, row.tokens, row.tool_name, row.tool_call_id,
-                                  row.tool_call_ids]).fetchall()
-            elif kept:
-                self._db.execute(
-                    "INSERT INTO context_items SELECT ?, unnest(?::BIGINT[]), 'message', unnest(?::VARCHAR[]), "
-                    "unnest(?::VARCHAR[]), unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
-                    "unnest(?::VARCHAR[][])",
-                    [session_id, [k[0] for k in kept], [k[1] for k in kept], [k[2].role for k in kept],
-                     [k[2].tokens for k in kept], [k[2].tool_name for k in kept], [k[2].tool_call_id for k in kept],
-                     [k[2].tool_call_ids for k in kept]],
-                ).fetchall()
-            if kept:
-                # Each SET term costs; the first position is set once, and new positions are always the newest.
-                first = session is None or session.first_position is None
-                self._db.execute(
-                    f"""
-                    UPDATE sessions SET
-                        message_count = message_count + ?, context_count = context_count + ?,
-                        context_tokens = context_tokens + ?, prunable_count = prunable_count + ?,
-                        prunable_tokens = prunable_tokens + ?,
-                        {"first_position = coalesce(first_position, ?)," if first else ""}
-                        last_position = ?, revision = revision + 1, updated_at = ?
-                    WHERE session_id = ?
-                    """,
-                    [len(kept), len(kept), sum(k[2].tokens for k in kept), sum(1 for k in kept if k[3]),
-                     sum(k[2].tokens for k in kept if k[3]), *([kept[0][0]] if first else []), kept[-1][0], now,
-                     session_id],
-                ).fetchall()
-            recount = session is None or session.prunable_rule != prune_rule
-            if recount:
-                self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
-        if session is not None and kept:
-            self._tails.append(session_id, session.revision, session.revision + 1, [
+        """One ingest transaction; returns how many rows were stored.
+
+        ``alone``: the INSERT is the only statement, so it runs in its own transaction rather than ours.
+        """
+        insert = self._insert_messages(session_id, fresh, seqs, now, skip_duplicates) if fresh else None
+        if alone:
+            returned = self._statement(*insert) if insert else []
+        else:
+            with self._transaction(raise_constraint=True):
+                if session is None or info:
+                    self._db.execute(*self._upsert_session(session_id, info, prune_rule, now)).fetchall()
+                returned = self._db.execute(*insert).fetchall() if insert else []
+                if session is not None and session.prunable_rule != prune_rule:
+                    self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
+        stored = {seq for (seq,) in returned} if skip_duplicates else set(seqs)
+        kept = [(seq, *entry) for seq, entry in zip(seqs, fresh, strict=True) if seq in stored]
+        if session is None or session.prunable_rule != prune_rule:
+            self._sessions.pop(session_id, None)  # read again, counting its live messages under the new rule
+            return len(kept)
+        if info:
+            session = attrs.evolve(session, **info)
+        if kept:
+            revision = session.revision + len(kept)
+            self._tails.append(session_id, session.revision, revision, [
                 ItemRow(seq, "message", msg_id, row.role, row.tokens, row.tool_name, row.tool_call_id,
                         tuple(row.tool_call_ids) if row.tool_call_ids is not None else None)
                 for seq, msg_id, row, _ in kept])
-        if session is not None and not recount and not any(value is not None for value in info.values()):
-            self._sessions[session_id] = attrs.evolve(
+            tokens = sum(row.tokens for _, _, row, _ in kept)
+            pruned = [row.tokens for _, _, row, can_prune in kept if can_prune]
+            # The same sums Storage.session makes over the live messages when it reads the session.
+            session = attrs.evolve(
                 session, message_count=session.message_count + len(kept),
-                context_count=session.context_count + len(kept),
-                context_tokens=session.context_tokens + sum(k[2].tokens for k in kept),
-                prunable_count=session.prunable_count + sum(1 for k in kept if k[3]),
-                prunable_tokens=session.prunable_tokens + sum(k[2].tokens for k in kept if k[3]),
-                first_position=session.first_position if session.first_position is not None
-                else (kept[0][0] if kept else None),
-                last_position=max(filter(None, [session.last_position, kept[-1][0] if kept else None]), default=None),
-                revision=session.revision + (1 if kept else 0), updated_at=now if kept else session.updated_at)
-        else:
-            self._sessions.pop(session_id, None)
+                context_count=session.context_count + len(kept), context_tokens=session.context_tokens + tokens,
+                prunable_count=session.prunable_count + len(pruned),
+                prunable_tokens=session.prunable_tokens + sum(pruned),
+                first_position=kept[0][0] if session.first_position is None else session.first_position,
+                last_position=kept[-1][0], revision=revision, updated_at=now,
+                live_count=session.live_count + len(kept))
+        self._sessions[session_id] = session
         return len(kept)
 
-    def _upsert_session(self, session_id: str, info: dict[str, Any], now: datetime) -> tuple[str, list[Any]]:
+    @staticmethod
+    def _insert_messages(session_id: str, fresh: list[tuple[str, MessageRow, bool]], seqs: list[int],
+                         now: datetime, skip_duplicates: bool) -> tuple[str, list[Any]]:
+        conflict = " ON CONFLICT DO NOTHING RETURNING seq" if skip_duplicates else ""
+        if len(fresh) == 1:
+            # One row binds faster as VALUES than as lists to unnest (0.7 of 1.0 ms per statement).
+            msg_id, row, _ = fresh[0]
+            return (f"INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], ?, ?, ?){conflict}",
+                    [session_id, msg_id, seqs[0], row.role, row.raw, row.text, row.tool_name, row.tool_call_id,
+                     row.tool_call_ids, row.tokens, now, row.message_at or now])
+        return (
+            f"""
+            INSERT INTO messages
+            SELECT ?, unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]),
+                   unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
+                   unnest(?::VARCHAR[][]), unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[]){conflict}
+            """,
+            [session_id, [i for i, _, _ in fresh], seqs, [r.role for _, r, _ in fresh],
+             [r.raw for _, r, _ in fresh], [r.text for _, r, _ in fresh],
+             [r.tool_name for _, r, _ in fresh], [r.tool_call_id for _, r, _ in fresh],
+             [r.tool_call_ids for _, r, _ in fresh], [r.tokens for _, r, _ in fresh], now,
+             [r.message_at or now for _, r, _ in fresh]],
+        )
+
+    @staticmethod
+    def _upsert_session(session_id: str, info: dict[str, Any], prune_rule: str,
+                        now: datetime) -> tuple[str, list[Any]]:
         metadata = json.dumps(info["metadata"]) if info.get("metadata") is not None else None
         return (
             """
-            INSERT INTO sessions (session_id, title, model, context_window, metadata, created_at, updated_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO sessions (session_id, title, model, context_window, metadata, created_at, updated_at,
+                                  prunable_rule)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (session_id) DO UPDATE SET
                 title = coalesce(excluded.title, sessions.title),
                 model = coalesce(excluded.model, sessions.model),
                 context_window = coalesce(excluded.context_window, sessions.context_window),
                 metadata = coalesce(excluded.metadata, sessions.metadata)
             """,
-            [session_id, info.get("title"), info.get("model"), info.get("context_window"), metadata, now, now],
+            [session_id, info.get("title"), info.get("model"), info.get("context_window"), metadata, now, now,
+             prune_rule],
         )
 
     @staticmethod
     def _prunable_recount(session_id: str, prune_rule: str) -> tuple[str, list[Any]]:
-        """Recount a session's prunable totals from its context items under ``prune_rule``."""
-        placeholder, _, protected = prune_rule.partition(":")
+        """Recount the prunable totals of a session's stored context items under ``prune_rule``."""
+        condition, params = prunable_condition(prune_rule)
         return (
-            """
+            f"""
             UPDATE sessions SET prunable_rule = ?,
                 prunable_count = (SELECT count(*) FROM context_items c WHERE c.session_id = sessions.session_id
-                    AND c.kind = 'message' AND c.role = 'tool' AND c.tokens > ?
-                    AND NOT list_has_any(string_split(coalesce(c.tool_name, ''), ','), ?::VARCHAR[])),
+                    AND c.kind = 'message' AND {condition}),
                 prunable_tokens = (SELECT coalesce(sum(tokens), 0) FROM context_items c
-                    WHERE c.session_id = sessions.session_id AND c.kind = 'message' AND c.role = 'tool'
-                    AND c.tokens > ? AND NOT list_has_any(string_split(coalesce(c.tool_name, ''), ','),
-                    ?::VARCHAR[]))
+                    WHERE c.session_id = sessions.session_id AND c.kind = 'message' AND {condition})
             WHERE session_id = ?
             """,
-            [prune_rule, int(placeholder), protected.split(",") if protected else [], int(placeholder),
-             protected.split(",") if protected else [], session_id],
+            [prune_rule, *params, *params, session_id],
         )
 
     def recount_prunable(self, session_id: str, prune_rule: str) -> None:

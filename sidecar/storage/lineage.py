@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from operator import itemgetter
 from typing import Any
 
 import attrs
 import duckdb
 
-from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
+from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
@@ -41,6 +40,8 @@ class LineageQueries:
     _transaction: Callable[..., AbstractContextManager[None]]
     _tails: TailCache
     _sessions: dict[str, SessionRow]
+    session: Callable[[str], SessionRow | None]
+    items: Callable[..., list[ItemRow]]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
         """Summaries by id."""
@@ -54,6 +55,15 @@ class LineageQueries:
 
     def in_context(self, session_id: str, kind: str, ref_id: str, position: int | None = None) -> bool:
         """Whether the message or summary is an item of the current context."""
+        session = self.session(session_id)
+        if session is None:
+            return False
+        if kind == "message" and session.live_count:
+            if position is not None and position > session.live_after:
+                return True
+            if position is None and self._scalar("SELECT count(*) FROM messages WHERE session_id = ? AND id = ? "
+                                                 "AND seq > ?", [session_id, ref_id, session.live_after]):
+                return True
         sql = "SELECT count(*) FROM context_items WHERE session_id = ? AND kind = ? AND ref_id = ?"
         params: list[Any] = [session_id, kind, ref_id]
         if position is not None:
@@ -102,13 +112,7 @@ class LineageQueries:
                                  session.context_count + 1)
         if cached is not None and cached[1] and len(cached[0]) == session.context_count:
             return cached[0]
-        # The position bounds let zone maps skip other sessions' row groups; sorting here is cheaper than ORDER BY.
-        rows = self._db.execute(
-            "SELECT position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids FROM context_items "
-            "WHERE session_id = ? AND position BETWEEN ? AND ?",
-            [session.session_id, session.first_position, session.last_position]).fetchall()
-        rows.sort(key=itemgetter(0))
-        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows]
+        return self.items(session)
 
     def source_messages(self, session_id: str, spans: Sequence[tuple[int, int]]) -> list[SourceMessage]:
         """The text and time of the session's messages whose seq lies in one of the (first, last) spans."""
@@ -132,8 +136,27 @@ class LineageQueries:
         id, tokens) of the summary items that take the replaced items' place. Fails, changing nothing, when
         the replaced items are no longer exactly those in the context.
         """
+        session = self.session(session_id)
+        if session is None:
+            raise StorageFailure("the session was deleted during compaction")
         now = utcnow()
+        added_tokens = sum(tokens for _, _, tokens in added)
+        # first_position stays: summaries take the positions of replaced items, which are never before it.
+        after = attrs.evolve(
+            session, context_tokens=session.context_tokens - replaced.tokens + added_tokens,
+            context_count=session.context_count - replaced.count + len(added),
+            summary_count=session.summary_count + len(summaries),
+            prunable_count=session.prunable_count - replaced.prunable_count,
+            prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
+            updated_at=now, live_after=session.last_position if session.live_count else session.live_after,
+            live_count=0)
         with self._transaction():
+            if session.live_count:
+                # The live messages get their items first, so the context is all in context_items again.
+                self._db.execute(
+                    "INSERT INTO context_items SELECT session_id, seq, 'message', id, role, tokens, tool_name, "
+                    "tool_call_id, tool_call_ids FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?",
+                    [session_id, session.live_after, after.live_after]).fetchall()
             # The BETWEEN bounds let zone maps skip every row group outside the replaced span.
             kept = " AND position NOT IN (SELECT unnest(?::BIGINT[]))" if replaced.kept else ""
             deleted = self._db.execute(
@@ -163,26 +186,17 @@ class LineageQueries:
                     "INSERT INTO context_items SELECT ?, unnest(?), 'summary', unnest(?), 'user', unnest(?), "
                     "NULL, NULL, NULL",
                     [session_id, *[list(column) for column in zip(*added, strict=True)]]).fetchall()
-            added_tokens = sum(tokens for _, _, tokens in added)
-            # first_position stays: summaries take the positions of replaced items, which are never before it.
+            # With no live messages left, the stored row is the whole session again: written from memory,
+            # which counts exactly what the database holds, since this process is its only writer.
             self._db.execute(
                 """
                 UPDATE sessions SET
-                    context_tokens = context_tokens + ?, context_count = context_count + ?,
-                    summary_count = summary_count + ?, prunable_count = prunable_count - ?,
-                    prunable_tokens = prunable_tokens - ?, revision = revision + 1, updated_at = ?
+                    message_count = ?, summary_count = ?, context_tokens = ?, context_count = ?,
+                    first_position = ?, last_position = ?, revision = ?, prunable_count = ?, prunable_tokens = ?,
+                    live_after = ?, updated_at = ?
                 WHERE session_id = ?
                 """,
-                [added_tokens - replaced.tokens, len(added) - replaced.count, len(summaries),
-                 replaced.prunable_count, replaced.prunable_tokens, now, session_id]).fetchall()
-        session = self._sessions.get(session_id)
-        if session is None:
-            return
-        # The same arithmetic as the UPDATE, so the next read of the session needs no query.
-        self._sessions[session_id] = attrs.evolve(
-            session, context_tokens=session.context_tokens - replaced.tokens + added_tokens,
-            context_count=session.context_count - replaced.count + len(added),
-            summary_count=session.summary_count + len(summaries),
-            prunable_count=session.prunable_count - replaced.prunable_count,
-            prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
-            updated_at=now)
+                [after.message_count, after.summary_count, after.context_tokens, after.context_count,
+                 after.first_position, after.last_position, after.revision, after.prunable_count,
+                 after.prunable_tokens, after.live_after, now, session_id]).fetchall()
+        self._sessions[session_id] = after

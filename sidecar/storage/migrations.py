@@ -111,7 +111,24 @@ def m002_prunable_totals(db: duckdb.DuckDBPyConnection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN prunable_rule VARCHAR")
 
 
+def m003_live_messages(db: duckdb.DuckDBPyConnection) -> None:
+    """Messages newer than ``live_after`` are in the context without a context_items row.
+
+    Ingest then writes one row, not two plus a session update: a DuckDB statement costs about a millisecond.
+    A compaction writes the live messages' items before it replaces any (``Storage.apply_compaction``).
+    Every message stored so far already has its item, so each session starts with none live.
+    """
+    db.execute("ALTER TABLE sessions ADD COLUMN live_after BIGINT NOT NULL DEFAULT 0")
+    db.execute(
+        """
+        UPDATE sessions SET live_after = greatest(coalesce(last_position, 0),
+            coalesce((SELECT max(seq) FROM messages m WHERE m.session_id = sessions.session_id), 0))
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
+    ("003_live_messages", m003_live_messages),
 ]

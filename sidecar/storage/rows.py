@@ -24,6 +24,8 @@ class StorageFailure(Exception):
 
 @attrs.define(frozen=True)
 class SessionRow:
+    """A session as the sidecar sees it: the stored row plus the messages not yet written to context_items."""
+
     session_id: str
     title: str | None
     model: str | None
@@ -44,6 +46,10 @@ class SessionRow:
     prunable_count: int = 0
     prunable_tokens: int = 0
     prunable_rule: str | None = None
+    live_after: int = 0
+    """Messages with a greater seq are in the context without a context_items row (see Storage.session)."""
+    live_count: int = 0
+    """How many such messages there are; not stored, counted when the session is read."""
 
 
 class ItemRow(NamedTuple):
