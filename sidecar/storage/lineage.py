@@ -150,20 +150,31 @@ class LineageQueries:
             prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
             updated_at=now, live_after=session.last_position if session.live_count else session.live_after,
             live_count=0)
+        kept_list = [list(replaced.kept)] if replaced.kept else []
         with self._transaction():
-            if session.live_count:
-                # The live messages get their items first, so the context is all in context_items again.
-                self._db.execute(
-                    "INSERT INTO context_items SELECT session_id, seq, 'message', id, role, tokens, tool_name, "
-                    "tool_call_id, tool_call_ids FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?",
-                    [session_id, session.live_after, after.live_after]).fetchall()
             # The BETWEEN bounds let zone maps skip every row group outside the replaced span.
             kept = " AND position NOT IN (SELECT unnest(?::BIGINT[]))" if replaced.kept else ""
             deleted = self._db.execute(
                 f"DELETE FROM context_items WHERE session_id = ? AND position BETWEEN ? AND ?{kept}",
-                [session_id, replaced.first, replaced.last, *([list(replaced.kept)] if replaced.kept else [])],
-            ).fetchall()
-            if deleted[0][0] != replaced.count:
+                [session_id, replaced.first, replaced.last, *kept_list],
+            ).fetchall()[0][0]
+            # One INSERT for the new summaries' items and for the live messages that stay, so that the
+            # context is all in context_items again; the replaced live messages never need an item.
+            parts, params = [], []
+            if added:
+                parts.append("SELECT ?, unnest(?), 'summary', unnest(?), 'user', unnest(?), NULL, NULL, NULL")
+                params += [session_id, *[list(column) for column in zip(*added, strict=True)]]
+            if session.live_count:
+                kept = " OR seq IN (SELECT unnest(?::BIGINT[]))" if replaced.kept else ""
+                parts.append("SELECT session_id, seq, 'message', id, role, tokens, tool_name, tool_call_id, "
+                             f"tool_call_ids FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? "
+                             f"AND (seq < ? OR seq > ?{kept})")
+                params += [session_id, session.live_after, after.live_after, replaced.first, replaced.last,
+                           *kept_list]
+            written = self._db.execute(f"INSERT INTO context_items {' UNION ALL '.join(parts)}",
+                                       params).fetchall()[0][0] if parts else 0
+            live_replaced = session.live_count - (written - len(added))
+            if deleted + live_replaced != replaced.count:
                 raise duckdb.ConstraintException("the context changed during compaction")
             if summaries:
                 columns = _SUMMARY_COLUMNS.split(", ")
@@ -181,11 +192,6 @@ class LineageQueries:
                     [session_id, [summary_id for summary_id, _ in sources],
                      [[kind for kind, _ in items] for _, items in sources],
                      [[ref for _, ref in items] for _, items in sources]]).fetchall()
-            if added:
-                self._db.execute(
-                    "INSERT INTO context_items SELECT ?, unnest(?), 'summary', unnest(?), 'user', unnest(?), "
-                    "NULL, NULL, NULL",
-                    [session_id, *[list(column) for column in zip(*added, strict=True)]]).fetchall()
             # With no live messages left, the stored row is the whole session again: written from memory,
             # which counts exactly what the database holds, since this process is its only writer.
             self._db.execute(
