@@ -50,8 +50,7 @@ NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.Repo
 STALL_SECONDS = 0.5
 """How long a partial body may wait for its remaining bytes before it is judged as sent."""
 CHECKPOINT_DELAY = 5.0
-"""Seconds without writes before the WAL is checkpointed and DuckDB's page cache trimmed."""
-TRIMMED_MEMORY = "32MB"
+"""Seconds without requests before the WAL is checkpointed and DuckDB's page cache trimmed."""
 
 
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
@@ -216,8 +215,8 @@ class SidecarServer(LanguageServer):
         """window/showMessage."""
         self.protocol.notify(lsp.WINDOW_SHOW_MESSAGE, lsp.ShowMessageParams(type=kind, message=message))
 
-    def wrote(self) -> None:
-        """Schedule a checkpoint for when writes pause."""
+    def settle_later(self) -> None:
+        """Schedule a checkpoint and a trim of DuckDB's page cache for when requests pause."""
         if self._checkpoint is not None:
             self._checkpoint.cancel()
         self._checkpoint = asyncio.get_running_loop().call_later(CHECKPOINT_DELAY, self._idle_checkpoint)
@@ -229,7 +228,7 @@ class SidecarServer(LanguageServer):
         # On the loop, not in a thread: DuckDB serialises it with every other statement anyway, and a
         # checkpoint still running in a thread would collide with shutdown closing the connection.
         try:
-            store.checkpoint(TRIMMED_MEMORY)
+            store.checkpoint()
         except Exception as error:
             log.warning("idle checkpoint failed, retried after the next write: %s", error)
 

@@ -10,8 +10,10 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
-from sidecar.storage import Storage, StorageLocked
+from sidecar.storage import Storage, StorageLocked, database
+from sidecar.storage.database import ROW_GROUP_SIZE, size_in_bytes
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
@@ -76,6 +78,39 @@ def test_migrations_are_recorded_once(tmp_path):
     tables = {row[0] for row in db.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"sessions", "messages", "summaries", "context_items", "summary_sources"} <= tables
     db.close()
+
+
+def test_a_file_gets_small_row_groups_and_keeps_its_spill_files_beside_it(tmp_path):
+    path = str(tmp_path / "rows.duckdb")
+    store = Storage.open(path)
+    store._db.execute("CREATE TABLE t AS SELECT range AS i FROM range(?)", [3 * ROW_GROUP_SIZE])
+    store.dirty = True
+    store.checkpoint()
+    groups = store._db.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('t')").fetchall()[0][0]
+    assert groups == 3
+    assert store._db.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] == path + ".tmp"
+    store.close()
+
+
+def test_a_large_wal_is_checkpointed_after_the_write_and_the_memory_limit_restored(tmp_path, monkeypatch):
+    monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 64 << 10)
+    path = str(tmp_path / "wal.duckdb")
+    store = Storage.open(path, "300MB")
+    limit = store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    store.ingest("s", [message_row({"role": "user", "content": "small"}, 50_000, {})], {}, [False], "0:")
+    assert os.path.getsize(path + ".wal") > 0  # under the threshold: left for the idle checkpoint
+    big = [message_row({"role": "user", "content": f"{n} " + "x" * 2000}, 50_000, {}) for n in range(100)]
+    store.ingest("s", big, {}, [False] * len(big), "0:")
+    assert not os.path.exists(path + ".wal") or os.path.getsize(path + ".wal") == 0
+    assert store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == limit
+    assert store.session("s").message_count == 101
+    store.close()
+
+
+def test_sizes_compare_by_bytes():
+    assert size_in_bytes("64MB") < size_in_bytes("512 MB") < size_in_bytes("1GiB")
+    assert min("2GB", database.LEAN_MEMORY_LIMIT, key=size_in_bytes) == database.LEAN_MEMORY_LIMIT
+    assert min("16MiB", database.LEAN_MEMORY_LIMIT, key=size_in_bytes) == "16MiB"
 
 
 def test_storage_locked_names_file_and_pid(tmp_path):

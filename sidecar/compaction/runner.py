@@ -107,7 +107,7 @@ class CompactionRunner:
                  session_id, outcome.mode, trigger, "done" if outcome.compacted else outcome.reason,
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
         if outcome.compacted:
-            self.server.wrote()
+            self.server.settle_later()
             self.server.protocol.notify(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,

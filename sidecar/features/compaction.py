@@ -26,5 +26,5 @@ def setup(server: SidecarServer) -> None:
     async def report_usage(ls: SidecarServer, params: ReportUsageParams) -> None:
         usage = context.report_usage(ls.sidecar, params)
         if usage is not None:
-            ls.wrote()
+            ls.settle_later()
             ls.session_changed(params.session_id, usage)

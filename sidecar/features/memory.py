@@ -27,14 +27,14 @@ def setup(server: SidecarServer) -> None:
     @server.feature(methods.MEMORY_INGEST)
     async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
         result = memory.ingest(ls.sidecar, params)
-        ls.wrote()
+        ls.settle_later()
         ls.session_changed(params.session_id, result.usage)
         return unstructure(result)
 
     @server.feature(methods.MEMORY_IMPORT)
     async def import_transcript(ls: SidecarServer, params: ImportParams) -> Any:
         result = memory.import_transcript(ls.sidecar, params)
-        ls.wrote()
+        ls.settle_later()
         ls.session_changed(result.session_id, result.usage)
         return unstructure(result)
 
@@ -44,7 +44,9 @@ def setup(server: SidecarServer) -> None:
 
     @server.feature(methods.MEMORY_GREP)
     async def grep(ls: SidecarServer, params: GrepParams) -> Any:
-        return unstructure(memory.grep(ls.sidecar, params))
+        result = memory.grep(ls.sidecar, params)
+        ls.settle_later()  # a scan fills DuckDB's page cache
+        return unstructure(result)
 
     @server.feature(methods.MEMORY_DESCRIBE)
     async def describe(ls: SidecarServer, params: DescribeParams) -> Any:
@@ -61,5 +63,5 @@ def setup(server: SidecarServer) -> None:
         result = memory.delete_session(ls.sidecar, params)
         ls.touched_sessions.discard(params.session_id)
         ls.sidecar.forget(params.session_id)
-        ls.wrote()
+        ls.settle_later()
         return unstructure(result)

@@ -29,7 +29,23 @@ from sidecar.storage.tail import TailCache
 
 MEMORY = ":memory:"
 _LOCK_PID = re.compile(r"PID (\d+)")
-MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+ROW_GROUP_SIZE = 16384
+"""Rows per row group; DuckDB's 122,880 rows of ~2 KB messages make each checkpoint rewrite ~240 MB."""
+LEAN_MEMORY_LIMIT = "64MB"
+"""DuckDB's memory limit while it checkpoints; the cache is trimmed to it too."""
+CHECKPOINT_WAL_BYTES = 32 << 20
+"""A WAL this large is checkpointed after the write that grew it, rather than when the session goes idle."""
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def size_in_bytes(size: str) -> float:
+    """A DuckDB size such as '512MB' in bytes."""
+    match = MEMORY_LIMIT.fullmatch(size)
+    if match is None:
+        raise ValueError(f"not a size: {size!r}")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 _SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow) if f.name != "live_count")
@@ -60,8 +76,17 @@ class Storage(IngestWrites, LineageQueries):
             raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
         if path != MEMORY:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        config = {"memory_limit": memory_limit, "threads": 2}
         try:
-            db = duckdb.connect(path, config={"memory_limit": memory_limit, "threads": 2})
+            if path == MEMORY:
+                db = duckdb.connect(path, config=config)
+            else:
+                # Attached rather than opened, because only ATTACH takes a row group size; and then DuckDB
+                # would put its spill files under the working directory.
+                db = duckdb.connect(config={**config, "temp_directory": path + ".tmp"})
+                quoted = path.replace("'", "''")
+                db.execute(f"ATTACH '{quoted}' AS store (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+                db.execute("USE store")
         except duckdb.IOException as error:
             if "lock" in str(error).lower():
                 match = _LOCK_PID.search(str(error))
@@ -69,8 +94,8 @@ class Storage(IngestWrites, LineageQueries):
             raise StorageFailure(f"cannot open {path}: {error}") from error
         except duckdb.Error as error:
             raise StorageFailure(f"cannot open {path}: {error}") from error
-        # Default 16 MiB checkpoints stall writes; we checkpoint when idle and on close instead.
-        db.execute("SET checkpoint_threshold = '256MB'")
+        # DuckDB's own checkpoints would run at its full memory limit; ours run lean (see checkpoint()).
+        db.execute("SET checkpoint_threshold = '1GB'")
         db.execute("SET preserve_insertion_order = true")
         cls._migrate(db)
         return cls(db, path, memory_limit)
@@ -99,22 +124,35 @@ class Storage(IngestWrites, LineageQueries):
     def close(self) -> None:
         """Checkpoint and close."""
         try:
-            self._db.execute("CHECKPOINT")
+            self.checkpoint()
         finally:
             self._db.close()
 
-    def checkpoint(self, trim_to: str | None = None) -> None:
-        """Fold the WAL into the file; with ``trim_to``, also hand cached pages back."""
-        if not self.dirty:
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file, if anything was written, and hand DuckDB's cached pages back.
+
+        Under a lower memory limit while it runs: at the full limit a checkpoint reads a few hundred MB
+        into the page cache, and the cache keeps whatever it holds until the limit is reached.
+        """
+        lean = min(self.memory_limit, LEAN_MEMORY_LIMIT, key=size_in_bytes)
+        self._db.execute(f"SET memory_limit = '{lean}'")
+        try:
+            if self.dirty:
+                self._db.execute("CHECKPOINT")
+                self.dirty = False
+        finally:
+            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+
+    def checkpoint_if_due(self) -> None:
+        """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so no load piles up in memory."""
+        if self.path == MEMORY:
             return
-        self._db.execute("CHECKPOINT")
-        self.dirty = False
-        if trim_to is not None:
-            # DuckDB keeps pages cached up to memory_limit; a brief lower limit evicts them.
-            try:
-                self._db.execute(f"SET memory_limit = '{trim_to}'")
-            finally:
-                self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+        try:
+            size = os.path.getsize(self.path + ".wal")
+        except OSError:
+            return
+        if size > CHECKPOINT_WAL_BYTES:
+            self.checkpoint()
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self._db.execute(sql, params).fetchall()
@@ -212,6 +250,7 @@ class Storage(IngestWrites, LineageQueries):
                 raise StorageFailure(str(error)) from error
             raise
         self.dirty = True
+        self.checkpoint_if_due()
 
     def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One statement in its own transaction: a BEGIN and a COMMIT of our own would cost a third more."""
@@ -222,6 +261,7 @@ class Storage(IngestWrites, LineageQueries):
         except duckdb.Error as error:
             raise StorageFailure(str(error)) from error
         self.dirty = True
+        self.checkpoint_if_due()
         return rows
 
     # The context
