@@ -32,9 +32,11 @@ _LOCK_PID = re.compile(r"PID (\d+)")
 MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 ROW_GROUP_SIZE = 16384
 """Rows per row group; DuckDB's 122,880 rows of ~2 KB messages make each checkpoint rewrite ~240 MB."""
-LEAN_MEMORY_LIMIT = "64MB"
-"""DuckDB's memory limit while it checkpoints; the cache is trimmed to it too."""
-CHECKPOINT_WAL_BYTES = 32 << 20
+LEAN_MEMORY_LIMIT = "48MB"
+"""DuckDB's memory limit while it checkpoints or scans history (see Storage._lean)."""
+TRIMMED_MEMORY_LIMIT = "8MB"
+"""Set for a moment after such work, so that what it read leaves the cache; pinned pages stay."""
+CHECKPOINT_WAL_BYTES = 16 << 20
 """A WAL this large is checkpointed after the write that grew it, rather than when the session goes idle."""
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -129,19 +131,28 @@ class Storage(IngestWrites, LineageQueries):
             self._db.close()
 
     def checkpoint(self) -> None:
-        """Fold the WAL into the file, if anything was written, and hand DuckDB's cached pages back.
+        """Fold the WAL into the file, if anything was written, and hand DuckDB's cached pages back."""
+        with self._lean():
+            if self.dirty:
+                self._db.execute("CHECKPOINT")
+                self.dirty = False
 
-        Under a lower memory limit while it runs: at the full limit a checkpoint reads a few hundred MB
-        into the page cache, and the cache keeps whatever it holds until the limit is reached.
+    @contextlib.contextmanager
+    def _lean(self) -> Iterator[None]:
+        """Run under LEAN_MEMORY_LIMIT: for work that pages through history, a checkpoint or a scan.
+
+        DuckDB keeps what it reads cached until its limit is reached: at the full limit, a checkpoint or
+        a grep would leave a few hundred MB behind. A lower limit evicts as it goes and trims the cache.
         """
         lean = min(self.memory_limit, LEAN_MEMORY_LIMIT, key=size_in_bytes)
         self._db.execute(f"SET memory_limit = '{lean}'")
         try:
-            if self.dirty:
-                self._db.execute("CHECKPOINT")
-                self.dirty = False
+            yield
         finally:
-            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+            try:
+                self._db.execute(f"SET memory_limit = '{TRIMMED_MEMORY_LIMIT}'")  # evicts what the work read
+            finally:
+                self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def checkpoint_if_due(self) -> None:
         """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so no load piles up in memory."""
@@ -363,7 +374,8 @@ class Storage(IngestWrites, LineageQueries):
                          f"FROM summaries WHERE session_id = ? AND {condition.format(col='content')}")
             params += [session_id, pattern]
         sql = " UNION ALL ".join(parts) + " ORDER BY kind = 'summary' DESC, position DESC LIMIT ?"
-        rows = self._db.execute(sql, [*params, limit]).fetchall()
+        with self._lean():
+            rows = self._db.execute(sql, [*params, limit]).fetchall()
         return [SearchHit(*row) for row in rows]
 
     def check_regex(self, pattern: str) -> str | None:
