@@ -81,7 +81,7 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     max_part = sidecar.settings.prune.max_tokens_per_part
     rows = [message_row(message, max_part, names) for message in params.messages]
     for index, row in enumerate(rows):
-        if (found := LONE_SURROGATE.search(row.raw)) is not None:
+        if not row.raw.isascii() and (found := LONE_SURROGATE.search(row.raw)) is not None:
             raise invalid_params(f"contains invalid Unicode (a lone surrogate at {found.start()})",
                                  f"messages[{index}]")
     rule = sidecar.prune_rule()

@@ -23,7 +23,7 @@ class StorageSettings:
     """DuckDB file; ``:memory:`` for none. Default: per-workspace file in the user's data dir."""
 
     memory_limit: str = "512MB"
-    """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes."""
+    """The most DuckDB may use; it works under a lower limit until a statement needs more (Storage.open)."""
 
 
 @attrs.define(frozen=True)

@@ -13,7 +13,7 @@ from protocol import errors, methods
 from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
 from sidecar.storage import Storage, StorageLocked, database
-from sidecar.storage.database import ROW_GROUP_SIZE, size_in_bytes
+from sidecar.storage.database import ROW_GROUP_SIZE, WORKING_MEMORY_LIMIT, size_in_bytes
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
@@ -92,25 +92,38 @@ def test_a_file_gets_small_row_groups_and_keeps_its_spill_files_beside_it(tmp_pa
     store.close()
 
 
-def test_a_large_wal_is_checkpointed_after_the_write_and_the_memory_limit_restored(tmp_path, monkeypatch):
-    monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 64 << 10)
-    path = str(tmp_path / "wal.duckdb")
-    store = Storage.open(path, "300MB")
-    limit = store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-    store.ingest("s", [message_row({"role": "user", "content": "small"}, 50_000, {})], {}, [False], "0:")
-    assert os.path.getsize(path + ".wal") > 0  # under the threshold: left for the idle checkpoint
-    big = [message_row({"role": "user", "content": f"{n} " + "x" * 2000}, 50_000, {}) for n in range(100)]
-    store.ingest("s", big, {}, [False] * len(big), "0:")
-    assert not os.path.exists(path + ".wal") or os.path.getsize(path + ".wal") == 0
-    assert store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == limit
-    assert store.session("s").message_count == 101
+def limit_of(store: Storage) -> float:
+    return size_in_bytes(store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+
+
+def test_duckdb_works_under_the_smaller_of_memory_limit_and_the_working_limit(tmp_path):
+    store = Storage.open(str(tmp_path / "a.duckdb"), "300MB")
+    assert limit_of(store) == pytest.approx(size_in_bytes(WORKING_MEMORY_LIMIT), rel=0.01)
+    store.dirty = True
+    store.checkpoint()  # trims the cache with a lower limit for a moment, then restores it
+    assert limit_of(store) == pytest.approx(size_in_bytes(WORKING_MEMORY_LIMIT), rel=0.01)
+    store.close()
+    store = Storage.open(str(tmp_path / "b.duckdb"), "16MiB")
+    assert limit_of(store) == 16 << 20
+    store.close()
+
+
+def test_running_out_of_memory_raises_the_limit_to_memory_limit_and_the_write_is_retried(tmp_path, monkeypatch):
+    monkeypatch.setattr(database, "WORKING_MEMORY_LIMIT", "2MB")
+    store = Storage.open(str(tmp_path / "oom.duckdb"), "1GB")
+    rows = [message_row({"role": "user", "content": f"{n} needle " + "x" * 2000}, 50_000, {}) for n in range(3000)]
+    ids, duplicates = store.ingest("s", rows, {}, [False] * len(rows), "0:")
+    assert (len(ids), duplicates) == (3000, 0)
+    assert store.working_limit == "1GB" and limit_of(store) == pytest.approx(1e9, rel=0.01)
+    assert store.session("s").message_count == 3000
+    assert store._db.execute("SELECT count(*) FROM messages").fetchall()[0][0] == 3000  # stored once
     store.close()
 
 
 def test_sizes_compare_by_bytes():
     assert size_in_bytes("64MB") < size_in_bytes("512 MB") < size_in_bytes("1GiB")
-    assert min("2GB", database.LEAN_MEMORY_LIMIT, key=size_in_bytes) == database.LEAN_MEMORY_LIMIT
-    assert min("16MiB", database.LEAN_MEMORY_LIMIT, key=size_in_bytes) == "16MiB"
+    assert min("2GB", WORKING_MEMORY_LIMIT, key=size_in_bytes) == WORKING_MEMORY_LIMIT
+    assert min("16MiB", WORKING_MEMORY_LIMIT, key=size_in_bytes) == "16MiB"
 
 
 def test_storage_locked_names_file_and_pid(tmp_path):

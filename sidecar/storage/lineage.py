@@ -42,6 +42,7 @@ class LineageQueries:
     _sessions: dict[str, SessionRow]
     session: Callable[[str], SessionRow | None]
     items: Callable[..., list[ItemRow]]
+    _retrying: Callable[[Callable[[], None]], None]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
         """Summaries by id."""
@@ -150,6 +151,14 @@ class LineageQueries:
             prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
             updated_at=now, live_after=session.last_position if session.live_count else session.live_after,
             live_count=0)
+        self._retrying(lambda: self._apply(session, after, summaries, sources, replaced, added))
+        self._sessions[session_id] = after
+
+    def _apply(self, session: SessionRow, after: SessionRow, summaries: Sequence[SummaryRow],
+               sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
+               added: Sequence[tuple[int, str, int]]) -> None:
+        """apply_compaction's transaction."""
+        session_id, now = session.session_id, after.updated_at
         kept_list = [list(replaced.kept)] if replaced.kept else []
         with self._transaction():
             # The BETWEEN bounds let zone maps skip every row group outside the replaced span.
@@ -205,4 +214,3 @@ class LineageQueries:
                 [after.message_count, after.summary_count, after.context_tokens, after.context_count,
                  after.first_position, after.last_position, after.revision, after.prunable_count,
                  after.prunable_tokens, after.live_after, now, session_id]).fetchall()
-        self._sessions[session_id] = after
