@@ -36,12 +36,12 @@ _LOCK_PID = re.compile(r"PID (\d+)")
 MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 ROW_GROUP_SIZE = 16384
 """Rows per row group; DuckDB's 122,880 rows of ~2 KB messages make each checkpoint rewrite ~240 MB."""
-WORKING_MEMORY_LIMIT = "48MB"
+WORKING_MEMORY_LIMIT = "32MB"
 """DuckDB's memory limit unless ``memoryLimit`` is lower, or a statement runs out of memory under it.
 
-DuckDB caches what it reads and writes until its limit is reached. Measured over a 200k-message
-load: at 48MB the process peaked at 152 MiB and took 18 s; at 512MB with checkpoints as frequent,
-155 MiB and 29-33 s, because each lowering of the limit evicts; at 512MB otherwise, 610 MiB.
+DuckDB caches what it reads and writes until its limit is reached. Measured in-process over a
+200k-message load: at 32MB the process peaked at 135 MiB in 18 s, at 48MB 150 MiB in 18 s; at
+512MB (300k messages) 610 MiB, and lowering the limit around each checkpoint instead took 30 s.
 """
 CHECKPOINT_THRESHOLD = "32MB"
 """WAL size at which DuckDB checkpoints within a commit; below it, the idle checkpoint does."""
