@@ -8,10 +8,15 @@ next ``Content-Length`` header after a framing error.
 from __future__ import annotations
 
 import json
+import os
 import re
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    import asyncio  # not imported at run time: early.py reads frames before anything heavy loads
 
 _HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)[ \t]*\r\n", re.IGNORECASE)
 _HEADER_END = b"\r\n\r\n"
@@ -132,3 +137,44 @@ def encode(message: Any) -> bytes:
     """One framed message."""
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
+    """Copy stdin into ``chunks``; an empty chunk means end of input."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        try:
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+        except RuntimeError:
+            return  # the loop has closed: the server is exiting
+        if not data:
+            return
+
+
+def watch_input(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> bool:
+    """Feed stdin into ``chunks`` from the loop when it can (returns True), else from a thread.
+
+    On the loop, a message costs no hand-over between threads: 0.1-0.15 ms of a round trip. A thread
+    where the loop cannot watch the descriptor (Windows pipes, regular files): a daemon, so that a
+    client that keeps stdin open after exit cannot hold the process.
+    """
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+        chunks.put_nowait(data)
+
+    try:
+        loop.add_reader(fd, readable)
+        return True
+    except (NotImplementedError, OSError, ValueError):
+        threading.Thread(target=_pump, args=(fd, loop, chunks), daemon=True, name="stdin-reader").start()
+        return False

@@ -12,8 +12,8 @@ from pygls.exceptions import JsonRpcException
 from protocol import errors, methods
 from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
-from sidecar.storage import Storage, StorageLocked, database
-from sidecar.storage.database import ROW_GROUP_SIZE, WORKING_MEMORY_LIMIT, size_in_bytes
+from sidecar.storage import Storage, StorageLocked, connection
+from sidecar.storage.connection import ROW_GROUP_SIZE, WORKING_MEMORY_LIMIT, size_in_bytes
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
@@ -109,7 +109,7 @@ def test_duckdb_works_under_the_smaller_of_memory_limit_and_the_working_limit(tm
 
 
 def test_running_out_of_memory_raises_the_limit_to_memory_limit_and_the_write_is_retried(tmp_path, monkeypatch):
-    monkeypatch.setattr(database, "WORKING_MEMORY_LIMIT", "2MB")
+    monkeypatch.setattr(connection, "WORKING_MEMORY_LIMIT", "2MB")
     store = Storage.open(str(tmp_path / "oom.duckdb"), "1GB")
     rows = [message_row({"role": "user", "content": f"{n} needle " + "x" * 2000}, 50_000, {}) for n in range(3000)]
     ids, duplicates = store.ingest("s", rows, {}, [False] * len(rows), "0:")

@@ -1,5 +1,7 @@
 """Storage: one class (``database.Storage``) owns the DuckDB connection and every SQL statement.
 
+``connection.connect`` opens and configures that connection (row groups, memory limits, the lock).
+
 Rows and errors live in ``rows``, which does not import DuckDB, so that start-up stays quick;
 ``Storage`` is loaded on first use.
 """

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
@@ -14,6 +12,7 @@ from typing import Any, TypeVar
 import attrs
 import duckdb
 
+from sidecar.storage.connection import TRIMMED_MEMORY_LIMIT, connect, working_limit
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
@@ -23,40 +22,13 @@ from sidecar.storage.rows import (
     SearchHit,
     SessionRow,
     StorageFailure,
-    StorageLocked,
     StoredMessage,
     utcnow,
 )
 from sidecar.storage.tail import TailCache
 
 T = TypeVar("T")
-MEMORY = ":memory:"
 log = logging.getLogger(__name__)
-_LOCK_PID = re.compile(r"PID (\d+)")
-MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
-ROW_GROUP_SIZE = 16384
-"""Rows per row group; DuckDB's 122,880 rows of ~2 KB messages make each checkpoint rewrite ~240 MB."""
-WORKING_MEMORY_LIMIT = "32MB"
-"""DuckDB's memory limit unless ``memoryLimit`` is lower, or a statement runs out of memory under it.
-
-DuckDB caches what it reads and writes until its limit is reached. Measured in-process over a
-200k-message load: at 32MB the process peaked at 135 MiB in 18 s, at 48MB 150 MiB in 18 s; at
-512MB (300k messages) 610 MiB, and lowering the limit around each checkpoint instead took 30 s.
-"""
-CHECKPOINT_THRESHOLD = "32MB"
-"""WAL size at which DuckDB checkpoints within a commit; below it, the idle checkpoint does."""
-TRIMMED_MEMORY_LIMIT = "8MB"
-"""Set for a moment after the idle checkpoint, so that DuckDB's cached pages are handed back."""
-_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def size_in_bytes(size: str) -> float:
-    """A DuckDB size such as '512MB' in bytes."""
-    match = MEMORY_LIMIT.fullmatch(size)
-    if match is None:
-        raise ValueError(f"not a size: {size!r}")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 _SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow) if f.name != "live_count")
@@ -72,7 +44,7 @@ class Storage(IngestWrites, LineageQueries):
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
-        self.working_limit = min(memory_limit, WORKING_MEMORY_LIMIT, key=size_in_bytes)
+        self.working_limit = working_limit(memory_limit)
         """DuckDB's memory limit now: WORKING_MEMORY_LIMIT until a statement runs out of memory under it."""
         self._next_position = self._scalar(
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
@@ -85,30 +57,7 @@ class Storage(IngestWrites, LineageQueries):
     @classmethod
     def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
         """Open (creating and migrating) the database at ``path``."""
-        if not MEMORY_LIMIT.fullmatch(memory_limit):
-            raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
-        if path != MEMORY:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        config = {"memory_limit": min(memory_limit, WORKING_MEMORY_LIMIT, key=size_in_bytes), "threads": 2}
-        try:
-            if path == MEMORY:
-                db = duckdb.connect(path, config=config)
-            else:
-                # Attached rather than opened, because only ATTACH takes a row group size; and then DuckDB
-                # would put its spill files under the working directory.
-                db = duckdb.connect(config={**config, "temp_directory": path + ".tmp"})
-                quoted = path.replace("'", "''")
-                db.execute(f"ATTACH '{quoted}' AS store (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
-                db.execute("USE store")
-        except duckdb.IOException as error:
-            if "lock" in str(error).lower():
-                match = _LOCK_PID.search(str(error))
-                raise StorageLocked(path, int(match.group(1)) if match else None) from error
-            raise StorageFailure(f"cannot open {path}: {error}") from error
-        except duckdb.Error as error:
-            raise StorageFailure(f"cannot open {path}: {error}") from error
-        db.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
-        db.execute("SET preserve_insertion_order = true")
+        db = connect(path, memory_limit)
         cls._migrate(db)
         return cls(db, path, memory_limit)
 
@@ -260,8 +209,7 @@ class Storage(IngestWrites, LineageQueries):
         except BaseException as error:
             self._db.execute("ROLLBACK")
             if isinstance(error, duckdb.OutOfMemoryException) and self._out_of_memory(error):
-                raise MemoryLimitRaised(f"out of memory under {WORKING_MEMORY_LIMIT}; DuckDB's limit is now "
-                                        f"{self.memory_limit}") from error
+                raise MemoryLimitRaised(f"out of memory; DuckDB's limit is now {self.memory_limit}") from error
             if raise_constraint and isinstance(error, duckdb.ConstraintException):
                 raise
             if isinstance(error, duckdb.ConstraintException) and "changed during compaction" in str(error):
