@@ -23,7 +23,7 @@ class StorageSettings:
     """DuckDB file; ``:memory:`` for none. Default: per-workspace file in the user's data dir."""
 
     memory_limit: str = "512MB"
-    """The most DuckDB may use; it works under a lower limit until a statement needs more (Storage.open)."""
+    """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes (trimmed after checkpoints)."""
 
 
 @attrs.define(frozen=True)

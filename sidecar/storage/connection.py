@@ -1,4 +1,4 @@
-"""The DuckDB connection: where the file is attached, with which row groups, under which memory limit."""
+"""The DuckDB connection: where the file is attached, with which row groups and memory settings."""
 
 from __future__ import annotations
 
@@ -16,17 +16,10 @@ _LOCK_PID = re.compile(r"PID (\d+)")
 MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 ROW_GROUP_SIZE = 16384
 """Rows per row group; DuckDB's 122,880 rows of ~2 KB messages make each checkpoint rewrite ~240 MB."""
-WORKING_MEMORY_LIMIT = "32MB"
-"""DuckDB's memory limit unless ``memoryLimit`` is lower, or a statement runs out of memory under it.
-
-DuckDB caches what it reads and writes until its limit is reached. Measured in-process over a
-200k-message load: at 32MB the process peaked at 135 MiB in 18 s, at 48MB 150 MiB in 18 s; at
-512MB (300k messages) 610 MiB, and lowering the limit around each checkpoint instead took 30 s.
-"""
-CHECKPOINT_THRESHOLD = "32MB"
-"""WAL size at which DuckDB checkpoints within a commit; below it, the idle checkpoint does."""
+CHECKPOINT_WAL_BYTES = 32 << 20
+"""A WAL this large is checkpointed after the write that grew it (Storage.checkpoint_if_due)."""
 TRIMMED_MEMORY_LIMIT = "8MB"
-"""Set for a moment after the idle checkpoint, so that DuckDB's cached pages are handed back."""
+"""Set for a moment after a checkpoint or a grep, so that DuckDB hands its cached pages back."""
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -39,18 +32,13 @@ def size_in_bytes(size: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
-def working_limit(memory_limit: str) -> str:
-    """The limit DuckDB works under: WORKING_MEMORY_LIMIT, or ``memoryLimit`` if lower."""
-    return min(memory_limit, WORKING_MEMORY_LIMIT, key=size_in_bytes)
-
-
 def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
     """A connection to the database at ``path`` (``:memory:`` for none), configured; StorageLocked if held."""
     if not MEMORY_LIMIT.fullmatch(memory_limit):
         raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
     if path != MEMORY:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    config = {"memory_limit": working_limit(memory_limit), "threads": 2}
+    config = {"memory_limit": memory_limit, "threads": 2}
     try:
         if path == MEMORY:
             db = duckdb.connect(path, config=config)
@@ -68,6 +56,7 @@ def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
         raise StorageFailure(f"cannot open {path}: {error}") from error
     except duckdb.Error as error:
         raise StorageFailure(f"cannot open {path}: {error}") from error
-    db.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+    # Not DuckDB's checkpoints: ours come at CHECKPOINT_WAL_BYTES, and trim the cache after them.
+    db.execute("SET checkpoint_threshold = '1GB'")
     db.execute("SET preserve_insertion_order = true")
     return db

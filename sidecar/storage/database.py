@@ -5,20 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import duckdb
 
-from sidecar.storage.connection import TRIMMED_MEMORY_LIMIT, connect, working_limit
+from sidecar.storage.connection import CHECKPOINT_WAL_BYTES, MEMORY, TRIMMED_MEMORY_LIMIT, connect
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
     ItemRow,
-    MemoryLimitRaised,
     SearchHit,
     SessionRow,
     StorageFailure,
@@ -27,7 +27,6 @@ from sidecar.storage.rows import (
 )
 from sidecar.storage.tail import TailCache
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -44,8 +43,6 @@ class Storage(IngestWrites, LineageQueries):
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
-        self.working_limit = working_limit(memory_limit)
-        """DuckDB's memory limit now: WORKING_MEMORY_LIMIT until a statement runs out of memory under it."""
         self._next_position = self._scalar(
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
         )
@@ -92,45 +89,43 @@ class Storage(IngestWrites, LineageQueries):
     def checkpoint(self) -> None:
         """Fold the WAL into the file, if anything was written, and hand DuckDB's cached pages back."""
         if self.dirty:
-            self._db.execute("CHECKPOINT")
+            self._db.execute("CHECKPOINT")  # at the full limit: under a low one DuckDB can fail it for good
             self.dirty = False
+        self.trim()
+
+    def trim(self) -> None:
+        """Empty DuckDB's page cache of what is on disk, unless writes wait for a checkpoint (they would spill)."""
+        if self.dirty:
+            return
         try:
             self._db.execute(f"SET memory_limit = '{TRIMMED_MEMORY_LIMIT}'")
         except duckdb.Error as error:  # it could not free enough: the cache stays as it is
             log.info("cache not trimmed: %s", error)
         finally:
-            self._db.execute(f"SET memory_limit = '{self.working_limit}'")
+            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
-    def _out_of_memory(self, error: duckdb.Error) -> bool:
-        """Raise DuckDB's limit to ``memoryLimit`` for the rest of the run; whether it was lower."""
-        if self.working_limit == self.memory_limit:
-            return False
-        log.warning("DuckDB ran out of memory at %s; its limit is memoryLimit (%s) from now on: %s",
-                    self.working_limit, self.memory_limit, error)
-        self.working_limit = self.memory_limit
-        self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
-        return True
+    def checkpoint_if_due(self) -> None:
+        """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so that no load piles up in memory."""
+        if self.path == MEMORY:
+            return
+        try:
+            size = os.path.getsize(self.path + ".wal")
+        except OSError:
+            return
+        if size > CHECKPOINT_WAL_BYTES:
+            try:
+                self.checkpoint()
+            except duckdb.Error as error:  # the write is committed; the idle checkpoint retries
+                log.warning("checkpoint after a write failed: %s", error)
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self._db.execute(sql, params).fetchall()
         return rows[0][0] if rows else None
 
-    def _retrying(self, work: Callable[[], T]) -> T:
-        """``work``, run again once if it failed for memory and the limit has been raised since."""
-        try:
-            return work()
-        except MemoryLimitRaised:
-            return work()
-
     def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         """Run statements in one transaction; every result is fetched; rolled back on any error."""
-        statements = list(statements)
-
-        def run() -> list[list[tuple[Any, ...]]]:
-            with self._transaction():
-                return [self._db.execute(sql, params).fetchall() for sql, params in statements]
-
-        return self._retrying(run)
+        with self._transaction():
+            return [self._db.execute(sql, params).fetchall() for sql, params in statements]
 
     def allocate_positions(self, count: int) -> int:
         """Reserve ``count`` consecutive positions; returns the first."""
@@ -207,9 +202,10 @@ class Storage(IngestWrites, LineageQueries):
             yield
             self._db.execute("COMMIT")
         except BaseException as error:
-            self._db.execute("ROLLBACK")
-            if isinstance(error, duckdb.OutOfMemoryException) and self._out_of_memory(error):
-                raise MemoryLimitRaised(f"out of memory; DuckDB's limit is now {self.memory_limit}") from error
+            try:
+                self._db.execute("ROLLBACK")
+            except duckdb.Error as rollback_error:  # the original error is the one to report
+                log.error("rollback failed: %s", rollback_error)
             if raise_constraint and isinstance(error, duckdb.ConstraintException):
                 raise
             if isinstance(error, duckdb.ConstraintException) and "changed during compaction" in str(error):
@@ -218,6 +214,7 @@ class Storage(IngestWrites, LineageQueries):
                 raise StorageFailure(str(error)) from error
             raise
         self.dirty = True
+        self.checkpoint_if_due()
 
     def _statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One statement in its own transaction: a BEGIN and a COMMIT of our own would cost a third more."""
@@ -225,13 +222,10 @@ class Storage(IngestWrites, LineageQueries):
             rows = self._db.execute(sql, params).fetchall()
         except duckdb.ConstraintException:
             raise
-        except duckdb.OutOfMemoryException as error:
-            if not self._out_of_memory(error):
-                raise StorageFailure(str(error)) from error
-            return self._statement(sql, params)
         except duckdb.Error as error:
             raise StorageFailure(str(error)) from error
         self.dirty = True
+        self.checkpoint_if_due()
         return rows
 
     # The context
@@ -333,12 +327,8 @@ class Storage(IngestWrites, LineageQueries):
                          f"FROM summaries WHERE session_id = ? AND {condition.format(col='content')}")
             params += [session_id, pattern]
         sql = " UNION ALL ".join(parts) + " ORDER BY kind = 'summary' DESC, position DESC LIMIT ?"
-        try:
-            rows = self._db.execute(sql, [*params, limit]).fetchall()
-        except duckdb.OutOfMemoryException as error:
-            if not self._out_of_memory(error):
-                raise
-            rows = self._db.execute(sql, [*params, limit]).fetchall()
+        rows = self._db.execute(sql, [*params, limit]).fetchall()
+        self.trim()  # a scan leaves the text it read cached
         return [SearchHit(*row) for row in rows]
 
     def check_regex(self, pattern: str) -> str | None:

@@ -36,7 +36,6 @@ class IngestWrites:
     session: Callable[[str], SessionRow | None]
     _transaction: Callable[..., AbstractContextManager[None]]
     _statement: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
-    _retrying: Callable[[Callable[[], int]], int]
 
     def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any],
                prunable: Sequence[bool], prune_rule: str) -> tuple[list[str], int]:
@@ -61,14 +60,12 @@ class IngestWrites:
         info = {key: value for key, value in info.items()
                 if value is not None and (session is None or getattr(session, key) != value)}
         alone = session is not None and not info and session.prunable_rule == prune_rule
-        def run() -> int:
-            try:
-                # Optimistic: a plain INSERT is twice as fast as ON CONFLICT, and duplicates are the exception.
-                return self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, False)
-            except duckdb.ConstraintException:
-                return self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, True)
-
-        return ids, len(rows) - self._retrying(run)
+        try:
+            # Optimistic: a plain INSERT is twice as fast as ON CONFLICT, and duplicates are the exception.
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, False)
+        except duckdb.ConstraintException:
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, True)
+        return ids, len(rows) - stored
 
     def _ingest_rows(self, session_id: str, session: SessionRow | None, fresh: list[tuple[str, MessageRow, bool]],
                      seqs: list[int], info: dict[str, Any], prune_rule: str, now: datetime, alone: bool,

@@ -42,7 +42,6 @@ class LineageQueries:
     _sessions: dict[str, SessionRow]
     session: Callable[[str], SessionRow | None]
     items: Callable[..., list[ItemRow]]
-    _retrying: Callable[[Callable[[], None]], None]
 
     def summaries(self, session_id: str, ids: Sequence[str]) -> dict[str, SummaryRow]:
         """Summaries by id."""
@@ -151,7 +150,7 @@ class LineageQueries:
             prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
             updated_at=now, live_after=session.last_position if session.live_count else session.live_after,
             live_count=0)
-        self._retrying(lambda: self._apply(session, after, summaries, sources, replaced, added))
+        self._apply(session, after, summaries, sources, replaced, added)
         self._sessions[session_id] = after
 
     def _apply(self, session: SessionRow, after: SessionRow, summaries: Sequence[SummaryRow],

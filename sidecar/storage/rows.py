@@ -22,10 +22,6 @@ class StorageFailure(Exception):
     """DuckDB failed; the transaction was rolled back."""
 
 
-class MemoryLimitRaised(StorageFailure):
-    """DuckDB ran out of memory under the working limit, which is now ``memoryLimit``: worth one retry."""
-
-
 @attrs.define(frozen=True)
 class SessionRow:
     """A session as the sidecar sees it: the stored row plus the messages not yet written to context_items."""
