@@ -16,6 +16,12 @@ from typing import Any
 
 import attrs
 
+MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+MIN_MEMORY_LIMIT = "64MB"
+"""Below this, 2,048 rows of 40 KB tool outputs made DuckDB fail a checkpoint and invalidate the database."""
+
 
 @attrs.define(frozen=True)
 class StorageSettings:
@@ -190,12 +196,23 @@ def _check_ranges(settings: Settings, problems: list[str]) -> Settings:
         problems.append(f"compaction.mode: {settings.compaction.mode!r} is not one of {', '.join(MODES)}; "
                         "using the default 'incremental'")
         settings = _with(settings, "compaction", "mode", "incremental")
-    if settings.storage.memory_limit and not re.fullmatch(
-            r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", settings.storage.memory_limit, re.IGNORECASE):
+    if settings.storage.memory_limit and not MEMORY_SIZE.fullmatch(settings.storage.memory_limit):
         problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is not a size such as '512MB'; "
                         "using the default '512MB'")
         settings = _with(settings, "storage", "memory_limit", "512MB")
+    elif size_in_bytes(settings.storage.memory_limit) < size_in_bytes(MIN_MEMORY_LIMIT):
+        problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is below {MIN_MEMORY_LIMIT}, under "
+                        f"which DuckDB can fail a checkpoint and close the database; using {MIN_MEMORY_LIMIT}")
+        settings = _with(settings, "storage", "memory_limit", MIN_MEMORY_LIMIT)
     return settings
+
+
+def size_in_bytes(size: str) -> float:
+    """A DuckDB size such as '512MB' in bytes."""
+    match = MEMORY_SIZE.fullmatch(size)
+    if match is None:
+        raise ValueError(f"not a size: {size!r}")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 def _with(settings: Settings, section: str, name: str, value: Any) -> Settings:

@@ -12,6 +12,7 @@ from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
 from sidecar import __version__
+from sidecar.settings import MIN_MEMORY_LIMIT, read_settings
 from tests.conftest import SERVER_COMMAND, call, ingest, running_sidecar, settings_for
 
 
@@ -125,6 +126,14 @@ async def test_out_of_range_settings_are_reported_and_defaulted(db_path):
         await ingest(client, "s", [{"role": "user", "content": str(i)} for i in range(30)])
         assembled = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})  # default freshTail 20 works
         assert len(assembled["items"]) == 30
+
+
+def test_a_memory_limit_too_small_for_duckdb_is_reported_and_raised():
+    settings, problems = read_settings({"storage": {"memoryLimit": "32MB"}})
+    assert settings.storage.memory_limit == MIN_MEMORY_LIMIT
+    assert any("storage.memoryLimit" in problem and "'32MB'" in problem for problem in problems)
+    settings, problems = read_settings({"storage": {"memoryLimit": "1GB"}})
+    assert settings.storage.memory_limit == "1GB" and not problems
 
 
 async def test_did_change_configuration_applies_and_pushes_usage(db_path):

@@ -12,8 +12,9 @@ from pygls.exceptions import JsonRpcException
 from protocol import errors, methods
 from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
+from sidecar.settings import size_in_bytes
 from sidecar.storage import Storage, StorageLocked, connection, database
-from sidecar.storage.connection import ROW_GROUP_SIZE, size_in_bytes
+from sidecar.storage.connection import ROW_GROUP_SIZE
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import duckdb
 
+from sidecar.settings import size_in_bytes
 from sidecar.storage.connection import CHECKPOINT_WAL_BYTES, MEMORY, TRIMMED_MEMORY_LIMIT, connect
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
@@ -43,6 +44,9 @@ class Storage(IngestWrites, LineageQueries):
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
+        # Writes not yet checkpointed stay in memory, and under a small limit DuckDB can fail to roll one
+        # back (invalidating the database): a small limit gets checkpoints sooner.
+        self.checkpoint_wal_bytes = min(CHECKPOINT_WAL_BYTES, int(size_in_bytes(memory_limit) / 8))
         self._next_position = self._scalar(
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
         )
@@ -105,14 +109,14 @@ class Storage(IngestWrites, LineageQueries):
             self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def checkpoint_if_due(self) -> None:
-        """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so that no load piles up in memory."""
+        """Checkpoint once the WAL has grown past ``checkpoint_wal_bytes``, so that no load piles up in memory."""
         if self.path == MEMORY:
             return
         try:
             size = os.path.getsize(self.path + ".wal")
         except OSError:
             return
-        if size > CHECKPOINT_WAL_BYTES:
+        if size > self.checkpoint_wal_bytes:
             try:
                 self.checkpoint()
             except duckdb.Error as error:  # the write is committed; the idle checkpoint retries
