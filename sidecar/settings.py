@@ -200,7 +200,8 @@ def _check_ranges(settings: Settings, problems: list[str]) -> Settings:
         problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is not a size such as '512MB'; "
                         "using the default '512MB'")
         settings = _with(settings, "storage", "memory_limit", "512MB")
-    elif size_in_bytes(settings.storage.memory_limit) < size_in_bytes(MIN_MEMORY_LIMIT):
+    elif settings.storage.memory_limit and size_in_bytes(settings.storage.memory_limit) < size_in_bytes(
+            MIN_MEMORY_LIMIT):
         problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is below {MIN_MEMORY_LIMIT}, under "
                         f"which DuckDB can fail a checkpoint and close the database; using {MIN_MEMORY_LIMIT}")
         settings = _with(settings, "storage", "memory_limit", MIN_MEMORY_LIMIT)

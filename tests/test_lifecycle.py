@@ -134,6 +134,8 @@ def test_a_memory_limit_too_small_for_duckdb_is_reported_and_raised():
     assert any("storage.memoryLimit" in problem and "'32MB'" in problem for problem in problems)
     settings, problems = read_settings({"storage": {"memoryLimit": "1GB"}})
     assert settings.storage.memory_limit == "1GB" and not problems
+    settings, problems = read_settings({"storage": {"memoryLimit": ""}})  # no size at all: left to Storage.open
+    assert settings.storage.memory_limit == "" and not problems
 
 
 async def test_did_change_configuration_applies_and_pushes_usage(db_path):
