@@ -13,7 +13,7 @@ from protocol import errors, methods
 from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
 from sidecar.settings import size_in_bytes
-from sidecar.storage import Storage, StorageLocked, connection, database
+from sidecar.storage import Storage, StorageLocked, database
 from sidecar.storage.connection import ROW_GROUP_SIZE
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
@@ -98,8 +98,7 @@ def limit_of(store: Storage) -> float:
 
 
 def test_a_large_wal_is_checkpointed_after_the_write_and_the_cache_trimmed(tmp_path, monkeypatch):
-    monkeypatch.setattr(connection, "CHECKPOINT_WAL_BYTES", 256 << 10)
-    monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 256 << 10)
+    monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 256 << 10)  # the name Storage reads
     path = str(tmp_path / "wal.duckdb")
     store = Storage.open(path, "300MB")
     store.ingest("s", [message_row({"role": "user", "content": "small"}, 50_000, {})], {}, [False], "0:")
