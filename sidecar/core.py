@@ -62,6 +62,8 @@ class Sidecar:
 
     def store(self) -> Storage:
         """The open store; opened on first use so a lock held elsewhere is retried on each request."""
+        if self._storage is not None and self._storage.invalidated:
+            self._reopen(self._storage)
         if self._storage is None:
             path = self.storage_path or self.resolve_storage_path(None)
             from sidecar.storage.database import Storage  # DuckDB loads on first use, not at start-up
@@ -75,6 +77,27 @@ class Sidecar:
                 raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
             log.info("storage %s opened", path)
         return self._storage
+
+    def noticed(self, error: BaseException) -> None:
+        """Look at a request's failure: one that invalidated the database gets it reopened on the next request."""
+        store = self._storage
+        if store is not None and not store.invalidated:
+            from sidecar.storage.connection import invalidating  # DuckDB is loaded: the store is open
+
+            store.invalidated = invalidating(error)
+
+    def _reopen(self, store: Storage) -> None:
+        """Take back a database DuckDB invalidated; until that works, each request answers an error and retries."""
+        log.warning("DuckDB invalidated %s; opening it again", store.path)
+        try:
+            store.reopen()
+        except StorageLocked as error:
+            raise SidecarError(codes.STORAGE_LOCKED, str(error), {"path": error.path, "pid": error.pid}) from error
+        except StorageFailure as error:
+            raise SidecarError(codes.STORAGE_ERROR, f"storage {store.path} was invalidated and could not be "
+                               f"opened again: {error}", {"path": store.path}) from error
+        self.forget()
+        log.info("storage %s opened again", store.path)
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""

@@ -100,6 +100,8 @@ class SidecarProtocol(LanguageServerProtocol):
 
     def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
         error = None if future.cancelled() else future.exception()
+        if error is not None:
+            self._server.sidecar.noticed(error)
         if msg_id in self.answered_early:
             self._request_futures.pop(msg_id, None)
             sent = self.answered_early.pop(msg_id)

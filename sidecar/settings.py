@@ -20,7 +20,7 @@ MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", r
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 MIN_MEMORY_LIMIT = "64MB"
-"""Below this, 2,048 rows of 40 KB tool outputs made DuckDB fail a checkpoint and invalidate the database."""
+"""Below this, writes of 40 KB tool outputs failed in DuckDB, their rollback too, invalidating the database."""
 
 
 @attrs.define(frozen=True)
@@ -203,7 +203,8 @@ def _check_ranges(settings: Settings, problems: list[str]) -> Settings:
     elif settings.storage.memory_limit and size_in_bytes(settings.storage.memory_limit) < size_in_bytes(
             MIN_MEMORY_LIMIT):
         problems.append(f"storage.memoryLimit: {settings.storage.memory_limit!r} is below {MIN_MEMORY_LIMIT}, under "
-                        f"which DuckDB can fail a checkpoint and close the database; using {MIN_MEMORY_LIMIT}")
+                        f"which DuckDB can fail writes of large tool outputs and refuse the database; "
+                        f"using {MIN_MEMORY_LIMIT}")
         settings = _with(settings, "storage", "memory_limit", MIN_MEMORY_LIMIT)
     return settings
 

@@ -14,7 +14,7 @@ from sidecar.engine.messages import message_row
 from sidecar.paths import default_storage_path
 from sidecar.settings import size_in_bytes
 from sidecar.storage import Storage, StorageLocked, database
-from sidecar.storage.connection import ROW_GROUP_SIZE
+from sidecar.storage.connection import ROW_GROUP_SIZE, SCAN_MEMORY_LIMIT
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
@@ -163,3 +163,25 @@ async def test_workspace_root_picks_a_per_workspace_file(tmp_path):
         await ingest(client, "s", [{"role": "user", "content": "hi"}])
         await client.shutdown_session()
     assert os.path.exists(storage)
+
+
+def test_a_search_reads_under_the_scan_limit_and_falls_back_to_the_full_one(tmp_path):
+    path = str(tmp_path / "scan.duckdb")
+    store = Storage.open(path, "300MB")
+    # 300 texts of 200 KB: one vector of them is 60 MB, more than the scan limit holds.
+    rows = [message_row({"role": "tool", "tool_call_id": f"c{n}", "content": f"{n} needle{n} " + "y" * 200_000},
+                        50_000, {}) for n in range(300)]
+    for start in range(0, len(rows), 50):
+        store.ingest("s", rows[start:start + 50], {}, [False] * 50, "0:")
+    with pytest.raises(duckdb.OutOfMemoryException):  # why the fallback exists
+        store._db.execute(f"SET memory_limit = '{SCAN_MEMORY_LIMIT}'")
+        store._db.execute("SELECT count(*) FROM messages WHERE regexp_matches(text, 'needle299 ', 'i')").fetchall()
+    store._db.execute("SET memory_limit = '300MB'")
+    store.checkpoint()
+    assert not store.dirty
+    hits = store.search("s", "messages", "regexp_matches({col}, ?, 'i')", "NEEDLE299 ", 5)
+    assert len(hits) == 1 and hits[0].text.startswith("299 needle299 ")
+    assert limit_of(store) == pytest.approx(300e6, rel=0.01)
+    small = store.search("s", "messages", "contains({col}, ?)", "needle7 ", 5)
+    assert len(small) == 1 and small[0].text.startswith("7 needle7 ")
+    store.close()

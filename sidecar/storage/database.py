@@ -13,8 +13,14 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.settings import size_in_bytes
-from sidecar.storage.connection import CHECKPOINT_WAL_BYTES, MEMORY, TRIMMED_MEMORY_LIMIT, connect
+from sidecar.storage.connection import (
+    CHECKPOINT_WAL_BYTES,
+    MEMORY,
+    SCAN_MEMORY_LIMIT,
+    TRIMMED_MEMORY_LIMIT,
+    connect,
+    invalidating,
+)
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
@@ -44,14 +50,17 @@ class Storage(IngestWrites, LineageQueries):
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
-        # Writes not yet checkpointed stay in memory, and under a small limit DuckDB can fail to roll one
-        # back (invalidating the database): a small limit gets checkpoints sooner.
-        self.checkpoint_wal_bytes = min(CHECKPOINT_WAL_BYTES, int(size_in_bytes(memory_limit) / 8))
+        self._start()
+
+    def _start(self) -> None:
+        """State kept beside the file, read from it afresh."""
         self._next_position = self._scalar(
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
         )
         self._next_position = (self._next_position or 0) + 1
         self.dirty = False
+        self.invalidated = False
+        """DuckDB refuses the database after a failure (a checkpoint out of memory, a full disk) until reopen()."""
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
 
@@ -84,18 +93,42 @@ class Storage(IngestWrites, LineageQueries):
                 .fetchall()]
 
     def close(self) -> None:
-        """Checkpoint and close."""
+        """Checkpoint and close; an invalidated database is closed as it is (its WAL is replayed on the next open)."""
         try:
-            self.checkpoint()
+            if not self.invalidated:
+                self.checkpoint()
         finally:
             self._db.close()
 
     def checkpoint(self) -> None:
         """Fold the WAL into the file, if anything was written, and hand DuckDB's cached pages back."""
         if self.dirty:
-            self._db.execute("CHECKPOINT")  # at the full limit: under a low one DuckDB can fail it for good
+            # Under DuckDB's default limit (80% of RAM), not memoryLimit: a checkpoint holds a whole row group,
+            # one of 200 KB tool outputs failed under 64MB, and a failed checkpoint invalidates the database.
+            self._db.execute("RESET memory_limit")
+            try:
+                self._db.execute("CHECKPOINT")
+            except duckdb.Error as error:
+                self.invalidated = self.invalidated or invalidating(error)
+                raise
+            finally:
+                self._db.execute(f"SET memory_limit = '{self.memory_limit}'")  # a setting: works on a refused file
             self.dirty = False
         self.trim()
+
+    def reopen(self) -> None:
+        """Open the file again after DuckDB invalidated it: committed writes come back from its WAL, caches go."""
+        if self.path == MEMORY:
+            raise StorageFailure("the in-memory database was invalidated; its contents are lost")
+        try:
+            self._db.close()
+        except duckdb.Error as error:
+            log.info("closing the invalidated database: %s", error)
+        self._db = connect(self.path, self.memory_limit)
+        try:
+            self._start()
+        except duckdb.Error as error:
+            raise StorageFailure(str(error)) from error
 
     def trim(self) -> None:
         """Empty DuckDB's page cache of what is on disk, unless writes wait for a checkpoint (they would spill)."""
@@ -109,14 +142,14 @@ class Storage(IngestWrites, LineageQueries):
             self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def checkpoint_if_due(self) -> None:
-        """Checkpoint once the WAL has grown past ``checkpoint_wal_bytes``, so that no load piles up in memory."""
+        """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so that no load piles up in memory."""
         if self.path == MEMORY:
             return
         try:
             size = os.path.getsize(self.path + ".wal")
         except OSError:
             return
-        if size > self.checkpoint_wal_bytes:
+        if size > CHECKPOINT_WAL_BYTES:
             try:
                 self.checkpoint()
             except duckdb.Error as error:  # the write is committed; the idle checkpoint retries
@@ -210,6 +243,8 @@ class Storage(IngestWrites, LineageQueries):
                 self._db.execute("ROLLBACK")
             except duckdb.Error as rollback_error:  # the original error is the one to report
                 log.error("rollback failed: %s", rollback_error)
+                self.invalidated = self.invalidated or invalidating(rollback_error)
+            self.invalidated = self.invalidated or invalidating(error)
             if raise_constraint and isinstance(error, duckdb.ConstraintException):
                 raise
             if isinstance(error, duckdb.ConstraintException) and "changed during compaction" in str(error):
@@ -227,6 +262,7 @@ class Storage(IngestWrites, LineageQueries):
         except duckdb.ConstraintException:
             raise
         except duckdb.Error as error:
+            self.invalidated = self.invalidated or invalidating(error)
             raise StorageFailure(str(error)) from error
         self.dirty = True
         self.checkpoint_if_due()
@@ -331,9 +367,22 @@ class Storage(IngestWrites, LineageQueries):
                          f"FROM summaries WHERE session_id = ? AND {condition.format(col='content')}")
             params += [session_id, pattern]
         sql = " UNION ALL ".join(parts) + " ORDER BY kind = 'summary' DESC, position DESC LIMIT ?"
-        rows = self._db.execute(sql, [*params, limit]).fetchall()
-        self.trim()  # a scan leaves the text it read cached
+        rows = self._scan(sql, [*params, limit])
+        self.trim()  # what is left of the text it read
         return [SearchHit(*row) for row in rows]
+
+    def _scan(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Rows of a query that reads much of the file, under SCAN_MEMORY_LIMIT when nothing waits for a checkpoint."""
+        if self.dirty:  # rows not yet checkpointed live in memory: a low limit would spill them to disk
+            return self._db.execute(sql, params).fetchall()
+        try:
+            self._db.execute(f"SET memory_limit = '{SCAN_MEMORY_LIMIT}'")
+            return self._db.execute(sql, params).fetchall()
+        except duckdb.OutOfMemoryException:  # e.g. a vector of very long texts: read it at the full limit
+            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+            return self._db.execute(sql, params).fetchall()
+        finally:
+            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     def check_regex(self, pattern: str) -> str | None:
         """DuckDB's (RE2's) complaint about a regular expression, or None when it compiles."""

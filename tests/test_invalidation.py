@@ -1,0 +1,86 @@
+"""A database DuckDB invalidated is opened again, with every committed message; checkpoints get headroom."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from protocol.types import AssembleParams, IngestParams
+from sidecar.context import assemble_context
+from sidecar.core import Sidecar
+from sidecar.engine.messages import message_row
+from sidecar.errors import SidecarError
+from sidecar.memory import ingest
+from sidecar.settings import read_settings
+from sidecar.storage import Storage
+from sidecar.storage.connection import invalidating
+
+BLOB = "".join(random.Random(0).choice(string.ascii_letters + " ") for _ in range(400_000))
+
+
+def pasted_log(n: int) -> dict:
+    """A user message of 200 KB (the most one part may count) that compresses about as badly as real logs."""
+    return {"id": f"log-{n}", "role": "user", "content": f"{n} " + BLOB[n * 37 % 200_000:][:200_000]}
+
+
+def count(store: Storage) -> int:
+    return store._db.execute("SELECT count(*) FROM messages").fetchall()[0][0]
+
+
+def test_checkpoints_of_large_outputs_under_64mb_do_not_invalidate_the_database(tmp_path: Path):
+    # Before checkpoints ran under DuckDB's default limit, the one after about 390 of these failed
+    # ("failed to pin block") and every later statement answered "database has been invalidated".
+    path = str(tmp_path / "big.duckdb")
+    store = Storage.open(path, "64MB")
+    for start in range(0, 480, 10):
+        rows = [message_row(pasted_log(n), 10**6, {}) for n in range(start, start + 10)]
+        store.ingest("s", rows, {}, [False] * 10, "0:")
+    assert not store.invalidated
+    assert count(store) == 480
+    store.close()
+    store = Storage.open(path, "64MB")
+    assert count(store) == 480
+    assert store._db.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in ("61.0 MiB", "64.0 MB")
+    store.close()
+
+
+def test_an_invalidated_database_is_opened_again_on_the_next_request(tmp_path: Path):
+    settings, problems = read_settings({"compaction": {"auto": False}})
+    assert not problems
+    sidecar = Sidecar(settings=settings, storage_path=str(tmp_path / "db.duckdb"))
+    ingest(sidecar, IngestParams(session_id="s", messages=[{"id": "q", "role": "user", "content": "read the logs"}]))
+    for start in range(0, 60, 10):  # 12 MB: checkpointed along the way
+        ingest(sidecar, IngestParams(session_id="s", messages=[pasted_log(n) for n in range(start, start + 10)]))
+    ingest(sidecar, IngestParams(session_id="s", messages=[pasted_log(n) for n in range(60, 63)]))
+    store = sidecar.store()
+    assert store.dirty
+    # The failure DuckDB cannot come back from: a checkpoint that runs out of memory.
+    store._db.execute("SET memory_limit = '16MB'")
+    with pytest.raises(duckdb.Error) as failure:
+        store._db.execute("CHECKPOINT")
+    store._db.execute(f"SET memory_limit = '{store.memory_limit}'")
+    with pytest.raises(duckdb.Error) as refused:
+        store._db.execute("SELECT count(*) FROM messages").fetchall()
+    assert invalidating(refused.value) and not invalidating(ValueError("other"))
+
+    sidecar.noticed(SidecarError(-32021, "storage error"))  # a failure that says nothing of it changes nothing
+    assert not store.invalidated
+    sidecar.noticed(failure.value)  # as the server does with every failed request
+    assert store.invalidated
+    after = {"id": "after", "role": "user", "content": "go on"}
+    result = ingest(sidecar, IngestParams(session_id="s", messages=[after]))
+    assert result.ids == ["after"] and result.duplicates == 0 and not store.invalidated
+    assert sidecar.store() is store
+    assert count(store) == 65  # every committed message came back from the WAL
+    context = json.loads(assemble_context(sidecar, AssembleParams(session_id="s", budget=10**8)))
+    assert [item["id"] for item in context["items"]][-2:] == ["log-62", "after"]
+    assert context["messages"][0]["content"] == "read the logs" and len(context["messages"]) == 65
+    sidecar.close()
+    reopened = Storage.open(str(tmp_path / "db.duckdb"))
+    assert count(reopened) == 65
+    reopened.close()
