@@ -84,7 +84,9 @@ class Sidecar:
         if store is not None and not store.invalidated:
             from sidecar.storage.connection import invalidating  # DuckDB is loaded: the store is open
 
-            store.invalidated = invalidating(error)
+            # The error may come from a connection reopened since (a handler's finally can call store()),
+            # or merely quote the phrase (a regex, a session id): the current connection decides.
+            store.invalidated = invalidating(error) and store.refused()
 
     def _reopen(self, store: Storage) -> None:
         """Take back a database DuckDB invalidated; until that works, each request answers an error and retries."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import string
 from pathlib import Path
@@ -72,10 +73,14 @@ def test_an_invalidated_database_is_opened_again_on_the_next_request(tmp_path: P
     assert not store.invalidated
     sidecar.noticed(failure.value)  # as the server does with every failed request
     assert store.invalidated
+    assert sidecar.store() is store and not store.invalidated  # opened again
+    # The replayed WAL is not folded in by opening: it waits, as any write does, for the next checkpoint.
+    assert store.dirty and os.path.getsize(store.path + ".wal") > 0
     after = {"id": "after", "role": "user", "content": "go on"}
     result = ingest(sidecar, IngestParams(session_id="s", messages=[after]))
     assert result.ids == ["after"] and result.duplicates == 0 and not store.invalidated
-    assert sidecar.store() is store
+    store.checkpoint()
+    assert not os.path.exists(store.path + ".wal") or os.path.getsize(store.path + ".wal") == 0
     assert count(store) == 65  # every committed message came back from the WAL
     context = json.loads(assemble_context(sidecar, AssembleParams(session_id="s", budget=10**8)))
     assert [item["id"] for item in context["items"]][-2:] == ["log-62", "after"]
@@ -84,3 +89,17 @@ def test_an_invalidated_database_is_opened_again_on_the_next_request(tmp_path: P
     reopened = Storage.open(str(tmp_path / "db.duckdb"))
     assert count(reopened) == 65
     reopened.close()
+
+
+def test_an_error_that_only_quotes_the_phrase_leaves_the_database_alone(tmp_path: Path):
+    settings, _ = read_settings({})
+    sidecar = Sidecar(settings=settings, storage_path=str(tmp_path / "db.duckdb"))
+    ingest(sidecar, IngestParams(session_id="s", messages=[{"id": "a", "role": "user", "content": "hello"}]))
+    store = sidecar.store()
+    with pytest.raises(duckdb.Error) as quoted:  # e.g. memory/grep with this regex
+        store._db.execute("SELECT regexp_matches('x', '(has been invalidated')").fetchall()
+    assert invalidating(quoted.value)  # the words are there ...
+    sidecar.noticed(quoted.value)
+    assert not store.invalidated  # ... but the database answers
+    assert not invalidating(SidecarError(-32001, "session 'has been invalidated' not found"))
+    sidecar.close()

@@ -19,29 +19,25 @@ ROW_GROUP_SIZE = 2048
 122,880 rows of ~2 KB messages a 200k-message load in-process peaked at 507 MiB, at 16,384 rows 330,
 at 4,096 171 (and loaded in 13 s, not 17-19). A row group's bytes must fit memoryLimit: 4,096 rows of
 40 KB tool outputs made a checkpoint fail under 64MB; 2,048 did not."""
-CHECKPOINT_WAL_BYTES = 8 << 20
+CHECKPOINT_WAL_BYTES = 16 << 20
 """A WAL this large is checkpointed after the write that grew it (Storage.checkpoint_if_due). Rows not
-yet checkpointed sit in memory at about 2.5 times their WAL bytes: at 32 MB the server's RSS swung
-between 114 and 180 MiB during a 1M-message load, at 8 MB it stays within about 30 MiB of its floor."""
+yet checkpointed sit in memory at about 2.5 times their WAL bytes: with 32 MB the bench's server was at
+171 MiB after its 1M-message load, with 16 MB 150 and with 8 MB 146. 8 MB cost a tenth of the batch
+ingest rate (more checkpoints), and did not lower the peak, which a checkpoint's own allocations set."""
 SCAN_MEMORY_LIMIT = "32MB"
 """DuckDB's limit while a grep reads the session's text: the pages it reads are evicted as it goes. Over
-100k messages, in-process, the grep's peak was 50 MiB above its start at 512MB and 19 MiB at 32MB,
-for 95 ms instead of 80."""
+100k messages, in-process, a grep's peak was 43-48 MiB above its start at 512MB and 29-30 at 32MB, in
+73-78 ms either way."""
 TRIMMED_MEMORY_LIMIT = "8MB"
 """Set for a moment after a checkpoint or a grep, so that DuckDB hands its cached pages back."""
 
 
-def attach(db: duckdb.DuckDBPyConnection, path: str, memory_limit: str) -> None:
+def attach(db: duckdb.DuckDBPyConnection, path: str) -> None:
     """Attach the file at ``path`` as the connection's default database."""
     # Attached rather than opened, because only ATTACH takes a row group size; and opened directly,
     # DuckDB would put its spill files under the working directory.
     quoted = path.replace("'", "''")
-    # Under DuckDB's default limit: replaying a WAL ends in a checkpoint (see Storage.checkpoint).
-    db.execute("RESET memory_limit")
-    try:
-        db.execute(f"ATTACH '{quoted}' AS store (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
-    finally:
-        db.execute(f"SET memory_limit = '{memory_limit}'")
+    db.execute(f"ATTACH '{quoted}' AS store (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
     db.execute("USE store")
 
 
@@ -49,7 +45,8 @@ def invalidating(error: BaseException | None) -> bool:
     """Whether ``error``, or an error that caused it, says DuckDB will refuse the database until it is reopened."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, duckdb.FatalException) or "has been invalidated" in str(error):
+        if isinstance(error, duckdb.FatalException) or (
+                isinstance(error, duckdb.Error) and "has been invalidated" in str(error)):
             return True
         seen.add(id(error))
         error = error.__cause__ or error.__context__
@@ -68,7 +65,11 @@ def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
             db = duckdb.connect(path, config=config)
         else:
             db = duckdb.connect(config={**config, "temp_directory": path + ".tmp"})
-            attach(db, path, memory_limit)
+            try:
+                attach(db, path)
+            except duckdb.Error:
+                db.close()  # or the instance would hold the file's lock until collected
+                raise
     except duckdb.IOException as error:
         if "lock" in str(error).lower():
             match = _LOCK_PID.search(str(error))

@@ -58,7 +58,8 @@ class Storage(IngestWrites, LineageQueries):
             "SELECT greatest((SELECT max(seq) FROM messages), (SELECT max(position) FROM context_items))"
         )
         self._next_position = (self._next_position or 0) + 1
-        self.dirty = False
+        # Opening replays a WAL without folding it in: its rows wait in memory like any write not checkpointed.
+        self.dirty = self._wal_bytes() > 0
         self.invalidated = False
         """DuckDB refuses the database after a failure (a checkpoint out of memory, a full disk) until reopen()."""
         self._sessions: dict[str, SessionRow] = {}
@@ -132,7 +133,7 @@ class Storage(IngestWrites, LineageQueries):
 
     def trim(self) -> None:
         """Empty DuckDB's page cache of what is on disk, unless writes wait for a checkpoint (they would spill)."""
-        if self.dirty:
+        if self.dirty or self.path == MEMORY:  # an in-memory database would spill itself whole
             return
         try:
             self._db.execute(f"SET memory_limit = '{TRIMMED_MEMORY_LIMIT}'")
@@ -141,15 +142,25 @@ class Storage(IngestWrites, LineageQueries):
         finally:
             self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
 
+    def refused(self) -> bool:
+        """Whether DuckDB refuses this connection's database now: a probe that reads the file (SELECT 1 would not)."""
+        try:
+            self._db.execute("SELECT 1 FROM schema_migrations LIMIT 1").fetchall()
+        except duckdb.Error as error:
+            return invalidating(error)
+        return False
+
+    def _wal_bytes(self) -> int:
+        if self.path == MEMORY:
+            return 0
+        try:
+            return os.path.getsize(self.path + ".wal")
+        except OSError:
+            return 0
+
     def checkpoint_if_due(self) -> None:
         """Checkpoint once the WAL has grown past CHECKPOINT_WAL_BYTES, so that no load piles up in memory."""
-        if self.path == MEMORY:
-            return
-        try:
-            size = os.path.getsize(self.path + ".wal")
-        except OSError:
-            return
-        if size > CHECKPOINT_WAL_BYTES:
+        if self._wal_bytes() > CHECKPOINT_WAL_BYTES:
             try:
                 self.checkpoint()
             except duckdb.Error as error:  # the write is committed; the idle checkpoint retries
@@ -359,21 +370,37 @@ class Storage(IngestWrites, LineageQueries):
         parts: list[str] = []
         params: list[Any] = []
         if scope in ("messages", "both"):
-            parts.append(f"SELECT 'message' AS kind, id, text, seq AS position FROM messages "
+            parts.append(f"SELECT 'message' AS kind, id, seq AS position FROM messages "
                          f"WHERE session_id = ? AND {condition.format(col='text')}")
             params += [session_id, pattern]
         if scope in ("summaries", "both"):
-            parts.append(f"SELECT 'summary' AS kind, id, content AS text, epoch_ms(created_at) AS position "
+            parts.append(f"SELECT 'summary' AS kind, id, epoch_ms(created_at) AS position "
                          f"FROM summaries WHERE session_id = ? AND {condition.format(col='content')}")
             params += [session_id, pattern]
+        # The texts are read after the sort, for the hits only: sorted along, 455 matches of 200 KB needed 128 MiB.
         sql = " UNION ALL ".join(parts) + " ORDER BY kind = 'summary' DESC, position DESC LIMIT ?"
-        rows = self._scan(sql, [*params, limit])
+        hits = self._scan(sql, [*params, limit])
+        texts = self._hit_texts(session_id, hits)
         self.trim()  # what is left of the text it read
-        return [SearchHit(*row) for row in rows]
+        return [SearchHit(kind, hit_id, texts[kind, hit_id], position) for kind, hit_id, position in hits]
+
+    def _hit_texts(self, session_id: str, hits: list[tuple[Any, ...]]) -> dict[tuple[str, str], str]:
+        seqs = [position for kind, _, position in hits if kind == "message"]
+        summary_ids = [hit_id for kind, hit_id, _ in hits if kind == "summary"]
+        texts: dict[tuple[str, str], str] = {}
+        if seqs:  # by seq, which is in insertion order: the scan skips row groups by their min and max
+            rows = self._db.execute("SELECT id, text FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? "
+                                    "AND list_contains(?, seq)", [session_id, min(seqs), max(seqs), seqs]).fetchall()
+            texts.update((("message", hit_id), text) for hit_id, text in rows)
+        if summary_ids:
+            rows = self._db.execute("SELECT id, content FROM summaries WHERE session_id = ? AND list_contains(?, id)",
+                                    [session_id, summary_ids]).fetchall()
+            texts.update((("summary", hit_id), text) for hit_id, text in rows)
+        return texts
 
     def _scan(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Rows of a query that reads much of the file, under SCAN_MEMORY_LIMIT when nothing waits for a checkpoint."""
-        if self.dirty:  # rows not yet checkpointed live in memory: a low limit would spill them to disk
+        if self.dirty or self.path == MEMORY:  # rows in memory: a low limit would spill them to disk
             return self._db.execute(sql, params).fetchall()
         try:
             self._db.execute(f"SET memory_limit = '{SCAN_MEMORY_LIMIT}'")
