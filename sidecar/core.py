@@ -80,13 +80,8 @@ class Sidecar:
 
     def noticed(self, error: BaseException) -> None:
         """Look at a request's failure: one that invalidated the database gets it reopened on the next request."""
-        store = self._storage
-        if store is not None and not store.invalidated:
-            from sidecar.storage.connection import invalidating  # DuckDB is loaded: the store is open
-
-            # The error may come from a connection reopened since (a handler's finally can call store()),
-            # or merely quote the phrase (a regex, a session id): the current connection decides.
-            store.invalidated = invalidating(error) and store.refused()
+        if self._storage is not None:
+            self._storage.note_failure(error)
 
     def _reopen(self, store: Storage) -> None:
         """Take back a database DuckDB invalidated; until that works, each request answers an error and retries."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from protocol.types import AssembleParams, IngestParams
+from protocol.types import AssembleParams, IngestParams, SessionInfo
 from sidecar.context import assemble_context
 from sidecar.core import Sidecar
 from sidecar.engine.messages import message_row
@@ -102,4 +102,9 @@ def test_an_error_that_only_quotes_the_phrase_leaves_the_database_alone(tmp_path
     sidecar.noticed(quoted.value)
     assert not store.invalidated  # ... but the database answers
     assert not invalidating(SidecarError(-32001, "session 'has been invalidated' not found"))
+    # A duplicate key quotes the id in DuckDB's constraint error, inside a write's transaction.
+    quoting = {"id": "x has been invalidated", "role": "user", "content": "again"}
+    ingest(sidecar, IngestParams(session_id="s", messages=[quoting]))
+    again = ingest(sidecar, IngestParams(session_id="s", messages=[quoting], session=SessionInfo(title="renamed")))
+    assert again.duplicates == 1 and not store.invalidated
     sidecar.close()

@@ -110,7 +110,7 @@ class Storage(IngestWrites, LineageQueries):
             try:
                 self._db.execute("CHECKPOINT")
             except duckdb.Error as error:
-                self.invalidated = self.invalidated or invalidating(error)
+                self.note_failure(error)
                 raise
             finally:
                 self._db.execute(f"SET memory_limit = '{self.memory_limit}'")  # a setting: works on a refused file
@@ -141,6 +141,14 @@ class Storage(IngestWrites, LineageQueries):
             log.info("cache not trimmed: %s", error)
         finally:
             self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+
+    def note_failure(self, error: BaseException) -> None:
+        """Mark the store invalidated if ``error`` says DuckDB refuses it, and a probe agrees.
+
+        The probe, because an error may only quote the words (an id, a regex) or come from a connection since reopened.
+        """
+        if not self.invalidated and invalidating(error) and self.refused():
+            self.invalidated = True
 
     def refused(self) -> bool:
         """Whether DuckDB refuses this connection's database now: a probe that reads the file (SELECT 1 would not)."""
@@ -254,8 +262,8 @@ class Storage(IngestWrites, LineageQueries):
                 self._db.execute("ROLLBACK")
             except duckdb.Error as rollback_error:  # the original error is the one to report
                 log.error("rollback failed: %s", rollback_error)
-                self.invalidated = self.invalidated or invalidating(rollback_error)
-            self.invalidated = self.invalidated or invalidating(error)
+                self.note_failure(rollback_error)
+            self.note_failure(error)
             if raise_constraint and isinstance(error, duckdb.ConstraintException):
                 raise
             if isinstance(error, duckdb.ConstraintException) and "changed during compaction" in str(error):
@@ -273,7 +281,7 @@ class Storage(IngestWrites, LineageQueries):
         except duckdb.ConstraintException:
             raise
         except duckdb.Error as error:
-            self.invalidated = self.invalidated or invalidating(error)
+            self.note_failure(error)
             raise StorageFailure(str(error)) from error
         self.dirty = True
         self.checkpoint_if_due()
