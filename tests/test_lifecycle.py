@@ -151,6 +151,24 @@ async def test_did_change_configuration_applies_and_pushes_usage(db_path):
         assert usage["state"] in ("compact", "overflow", "suggest")
 
 
+async def test_a_settings_change_pushes_every_session_the_most_recently_updated_last(db_path):
+    async with running_sidecar(settings=settings_for(db_path)) as client:
+        # Updated in the order z, a, m: not the order of their names.
+        for session_id in ("z", "a", "m"):
+            await ingest(client, session_id, [{"role": "user", "content": f"in {session_id}"}])
+            await asyncio.sleep(0.01)
+        await ingest(client, "a", [{"role": "user", "content": "a again"}])
+        client.usage_events.clear()
+        client.protocol.notify(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION, lsp.DidChangeConfigurationParams(
+            settings={"contextSidecar": {"contextWindow": 9000}}))
+        for _ in range(500):
+            if len(client.usage_events) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert [u["sessionId"] for u in client.usage_events] == ["z", "m", "a"]
+        assert {u["contextWindow"] for u in client.usage_events} == {9000}
+
+
 async def test_null_settings_make_the_server_pull_configuration(db_path):
     async with running_sidecar(settings=settings_for(db_path)) as client:
         await ingest(client, "s", [{"role": "user", "content": "hello"}])

@@ -63,10 +63,11 @@ def setup(server: SidecarServer) -> None:
             )
             data = pulled[0] if pulled else None
         apply_settings(ls, data)
-        for session_id in sorted(ls.touched_sessions):
-            session = ls.sidecar.store().session(session_id)
-            if session is not None:
-                ls.push_usage(ls.sidecar.usage(session))
+        store = ls.sidecar.store()
+        sessions = [session for session in map(store.session, ls.touched_sessions) if session is not None]
+        # Least recently updated first: a client following the latest session ends on it.
+        for session in sorted(sessions, key=lambda session: (session.updated_at, session.session_id)):
+            ls.push_usage(ls.sidecar.usage(session))
 
 
 OPEN_DELAY = 0.05

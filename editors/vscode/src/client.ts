@@ -66,8 +66,10 @@ class LimitedRestarts implements ErrorHandler {
     private readonly output: vscode.OutputChannel,
   ) {}
 
-  error(_error: Error, _message: unknown, count: number | undefined): ErrorHandlerResult {
-    return { action: count !== undefined && count <= 3 ? ErrorAction.Continue : ErrorAction.Shutdown };
+  error(): ErrorHandlerResult {
+    // Writes to a crashed server fail until its close is seen. Shutting down after a few of them (the
+    // library's default) stops the client first, and a stopping client never asks closed() to restart.
+    return { action: ErrorAction.Continue, handled: true };
   }
 
   closed(): CloseHandlerResult {

@@ -144,7 +144,8 @@ describe('the bundled extension in a stand-in VS Code', () => {
   it('sends changed settings and shows the new usage', async () => {
     vscode.settings['contextSidecar.contextWindow'] = 8000;
     vscode.fireConfigurationChange('contextSidecar.contextWindow');
-    await until('usage in the new window', () => api.getUsage()?.contextWindow === 8000);
+    // Usage of every session is pushed, the most recently updated ('other') last.
+    await until('usage in the new window', () => api.getSession() === 'other' && api.getUsage()?.contextWindow === 8000);
     assert.equal(status().text, '$(pulse) ctx 5%');
     assert.deepEqual(vscode.messages.filter((m) => m.level !== 'status'), []);
   });
