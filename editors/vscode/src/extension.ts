@@ -20,9 +20,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contex
         event.affectsConfiguration(`${SETTINGS_SECTION}.serverCommand`) ||
         event.affectsConfiguration(`${SETTINGS_SECTION}.serverArgs`)
       ) {
-        void sidecar.client.restart();
+        sidecar.client.restart().catch((error) => output.appendLine(`Restarting failed: ${String(error)}`));
       } else if (event.affectsConfiguration(SETTINGS_SECTION)) {
-        void sidecar.client.sendSettings();
+        sidecar.client.sendSettings().catch((error) => output.appendLine(`Sending settings failed: ${String(error)}`));
       }
     }),
   );
