@@ -106,14 +106,12 @@ class Storage(IngestWrites, LineageQueries):
         if self.dirty:
             # Under DuckDB's default limit (80% of RAM), not memoryLimit: a checkpoint holds a whole row group,
             # one of 200 KB tool outputs failed under 64MB, and a failed checkpoint invalidates the database.
-            self._db.execute("RESET memory_limit")
-            try:
-                self._db.execute("CHECKPOINT")
-            except duckdb.Error as error:
-                self.note_failure(error)
-                raise
-            finally:
-                self._db.execute(f"SET memory_limit = '{self.memory_limit}'")  # a setting: works on a refused file
+            with self._memory_limit(None):
+                try:
+                    self._db.execute("CHECKPOINT")
+                except duckdb.Error as error:
+                    self.note_failure(error)
+                    raise
             self.dirty = False
         self.trim()
 
@@ -131,9 +129,23 @@ class Storage(IngestWrites, LineageQueries):
         except duckdb.Error as error:
             raise StorageFailure(str(error)) from error
 
+    @contextlib.contextmanager
+    def _memory_limit(self, limit: str | None) -> Iterator[None]:
+        """DuckDB's memory limit at ``limit`` (None: DuckDB's default) for the block, memoryLimit again after it."""
+        try:
+            self._db.execute("RESET memory_limit" if limit is None else f"SET memory_limit = '{limit}'")
+            yield
+        finally:
+            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")  # a setting: works on a refused file
+
+    @property
+    def _all_on_disk(self) -> bool:
+        """Whether every row is in the file, so a low limit only evicts cached pages and spills nothing."""
+        return not self.dirty and self.path != MEMORY
+
     def trim(self) -> None:
         """Empty DuckDB's page cache of what is on disk, unless writes wait for a checkpoint (they would spill)."""
-        if self.dirty or self.path == MEMORY:  # an in-memory database would spill itself whole
+        if not self._all_on_disk:
             return
         try:
             self._db.execute(f"SET memory_limit = '{TRIMMED_MEMORY_LIMIT}'")
@@ -408,16 +420,13 @@ class Storage(IngestWrites, LineageQueries):
 
     def _scan(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Rows of a query that reads much of the file, under SCAN_MEMORY_LIMIT when nothing waits for a checkpoint."""
-        if self.dirty or self.path == MEMORY:  # rows in memory: a low limit would spill them to disk
-            return self._db.execute(sql, params).fetchall()
-        try:
-            self._db.execute(f"SET memory_limit = '{SCAN_MEMORY_LIMIT}'")
-            return self._db.execute(sql, params).fetchall()
-        except duckdb.OutOfMemoryException:  # e.g. a vector of very long texts: read it at the full limit
-            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
-            return self._db.execute(sql, params).fetchall()
-        finally:
-            self._db.execute(f"SET memory_limit = '{self.memory_limit}'")
+        if self._all_on_disk:
+            try:
+                with self._memory_limit(SCAN_MEMORY_LIMIT):
+                    return self._db.execute(sql, params).fetchall()
+            except duckdb.OutOfMemoryException:  # e.g. a vector of very long texts: read it at the full limit
+                pass
+        return self._db.execute(sql, params).fetchall()
 
     def check_regex(self, pattern: str) -> str | None:
         """DuckDB's (RE2's) complaint about a regular expression, or None when it compiles."""
