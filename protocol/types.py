@@ -274,21 +274,3 @@ class WillCompactResult:
     action: Literal["proceed", "cancel"]
     summary: str | None = None
 
-
-@attrs.define
-class SidecarCapabilities:
-    """``capabilities.experimental.contextSidecar`` of the initialize result."""
-
-    protocol_version: int
-    methods: list[str]
-    compaction_modes: list[str]
-    summarizer: Literal["openai", "deterministic"]
-    storage: str
-
-
-@attrs.define
-class ClientSidecarCapabilities:
-    """``capabilities.experimental.contextSidecar`` of the initialize params."""
-
-    usage_notifications: bool = True
-    compaction_hooks: bool = False

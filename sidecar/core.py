@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from protocol import errors as codes
-from protocol.types import Usage
+from protocol.types import Usage, UsageSource
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
@@ -40,19 +39,18 @@ class Sidecar:
 
     usage_notifications: bool = True
     compaction_hooks: bool = False
-    notify: Callable[[str, Any], None] = lambda method, params: None
     _storage: Storage | None = None
     compacting: set[str] = attrs.field(factory=set)
     assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
     """Per session: (revision, uncalibrated tokens) of the last assembled context, the basis of calibration."""
-    auto_failed: dict[str, float] = attrs.field(factory=dict)
     recent_calls: dict[str, dict[str, str]] = attrs.field(factory=dict)
     """Per session: the tool name of recent tool calls, by call id."""
     rendered: RenderedMessages = attrs.field(factory=RenderedMessages)
     """Assembled messages as JSON text, reused while they stay in the context."""
-    runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
-    """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
-    """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
+    auto_backoff: dict[str, tuple[float, float]] = attrs.field(factory=dict)
+    """Per session, after a failed auto-compaction: (not before this monotonic time, the next delay)."""
+    auto_idle_at: dict[str, int] = attrs.field(factory=dict)
+    """Per session: context size at which auto-compaction last found nothing to do."""
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
@@ -100,7 +98,7 @@ class Sidecar:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
         if session_id is None:
             self.rendered.clear()
-        for table in (self.assembled, self.auto_failed, self.recent_calls, *self.runtime_tables):
+        for table in (self.assembled, self.recent_calls, self.auto_backoff, self.auto_idle_at):
             if session_id is None:
                 table.clear()
             else:
@@ -180,6 +178,7 @@ class Sidecar:
     def usage(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> Usage:
         """The session's usage figures and state."""
         window = self.context_window(session)
+        source: UsageSource
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:

@@ -129,6 +129,7 @@ class SidecarProtocol(LanguageServerProtocol):
 
     def send_bytes(self, body: bytes) -> None:
         """Write one message, already UTF-8 JSON, with its header."""
+        assert self.writer is not None, "set_writer comes before any message"
         try:
             self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         except Exception:
@@ -152,6 +153,8 @@ class _QuietExpectedErrors(logging.Filter):
 
 class SidecarServer(LanguageServer):
     """The context-sidecar language server."""
+
+    protocol: SidecarProtocol
 
     def __init__(self, sidecar: Sidecar) -> None:
         super().__init__(name=methods.SERVER_NAME, version=__version__, protocol_cls=SidecarProtocol,
@@ -181,13 +184,16 @@ class SidecarServer(LanguageServer):
             error["data"] = data
         self.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "error": error})
 
+    def notify_in_order(self, method: str, params: Any) -> None:
+        """Send a notification after the replies and notifications already queued on this loop tick."""
+        # pygls sends replies from done-callbacks, a loop tick late; queueing notifications the same way keeps a
+        # reply computed before a change from arriving after it, and notifications in the order they were made.
+        asyncio.get_running_loop().call_soon(self.protocol.notify, method, params)
+
     def push_usage(self, usage: types.Usage) -> None:
         """Send context/didChangeUsage, unless the client turned it off."""
         if self.sidecar.usage_notifications:
-            # pygls sends replies from done-callbacks, a loop tick late; queueing the notification the same way
-            # keeps a reply computed before this change from arriving after it.
-            asyncio.get_running_loop().call_soon(self.protocol.notify, methods.CONTEXT_DID_CHANGE_USAGE,
-                                                 unstructure(usage))
+            self.notify_in_order(methods.CONTEXT_DID_CHANGE_USAGE, unstructure(usage))
 
     def session_changed(self, session_id: str, usage: types.Usage) -> None:
         """A session's figures changed: tell the client, and let listeners (auto-compaction) look."""

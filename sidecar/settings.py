@@ -67,6 +67,9 @@ class CompactionSettings:
     max_rounds: int = 10
     """Most leaf+condensed rounds of one ``full`` compaction."""
 
+    hook_timeout_seconds: float = 10.0
+    """How long ``context/willCompact`` may go unanswered before the compaction proceeds."""
+
 
 @attrs.define(frozen=True)
 class PruneSettings:
@@ -160,6 +163,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "compaction.leafChunkSize": (1, 100_000),
     "compaction.condensedMinFanout": (2, 1_000),
     "compaction.maxRounds": (1, 1_000),
+    "compaction.hookTimeoutSeconds": (0.1, 3_600),
     "prune.protectTokens": (0, INT_MAX),
     "prune.minimumTokens": (0, INT_MAX),
     "prune.maxTokensPerPart": (1, INT_MAX),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -29,15 +30,22 @@ async def wait_until(predicate, timeout=20.0):
 
 
 async def test_crossing_max_tokens_compacts_in_the_background_without_delaying_ingest(db_path):
+    gate = threading.Event()
+
+    def held_summary(request):
+        gate.wait(60)  # the compaction cannot end before the test opens the gate
+        return Reply(text="Summary of earlier work.")
+
     with FakeOpenAIServer() as llm:
-        llm.responder = lambda request: Reply(text="Summary of earlier work.", delay=1.5)
+        llm.responder = held_summary
         async with running_sidecar(settings=auto_settings(db_path, llm)) as client:
             await ingest(client, "s", coding_session(20))
             assert client.compact_events == []
-            started = time.monotonic()
             result = await ingest(client, "s", coding_session(120)[20:])
-            assert time.monotonic() - started < 1.0, "the ingest reply does not wait for the compaction"
             assert result["usage"]["tokens"] > 3000
+            await wait_until(lambda: llm.chat_requests)
+            assert client.compact_events == [], "the ingest reply came while the compaction was still held"
+            gate.set()
             await wait_until(lambda: client.compact_events)
             event = client.compact_events[0]
             assert event["trigger"] == "auto" and event["mode"] == "incremental"
@@ -116,19 +124,20 @@ async def test_hook_summary_is_used_without_calling_the_model(db_path):
 
 
 async def test_a_silent_hook_counts_as_proceed(db_path):
-    async with running_sidecar(settings=auto_settings(db_path, auto=False),
-                               capabilities={"compactionHooks": True}) as client:
+    settings = auto_settings(db_path, auto=False, hookTimeoutSeconds=0.5)
+    async with running_sidecar(settings=settings, capabilities={"compactionHooks": True}) as client:
         never = asyncio.get_running_loop().create_future()
+        asked = []
 
         @client.feature(methods.CONTEXT_WILL_COMPACT)
         async def will_compact(params):
+            asked.append(params)
             await never
 
         await ingest(client, "s", coding_session(120))
-        started = time.monotonic()
         result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
-        assert result["compacted"] is True
-        assert 9 <= time.monotonic() - started < 30  # PROTOCOL.md: no answer within 10 s counts as proceed
+        assert len(asked) == 1 and not never.done(), "the hook was asked and never answered"
+        assert result["compacted"] is True  # no answer within hookTimeoutSeconds counts as proceed
         never.cancel()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 
 import pytest
 from lsprotocol import types as lsp
@@ -187,19 +187,25 @@ async def test_cancel_mid_compaction_changes_nothing(db_path, llm):
 
 
 async def test_ingest_during_compaction_is_kept_in_order_and_a_second_compaction_gets_32011(db_path, llm):
-    llm.responder = lambda request: Reply(text="summary", delay=1.0)
+    gate = threading.Event()
+
+    def held_summary(request):
+        gate.wait(60)  # the compaction cannot end before the test opens the gate
+        return Reply(text="summary")
+
+    llm.responder = held_summary
     async with running_sidecar(settings=llm_settings(db_path, llm)) as client:
         session = coding_session(160)
         await ingest(client, "s", session[:120])
         compaction = asyncio.ensure_future(call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"}))
         while not llm.chat_requests:
             await asyncio.sleep(0.05)
-        started = time.monotonic()
         await ingest(client, "s", session[120:])
-        assert time.monotonic() - started < 0.9, "ingest does not wait for the compaction"
+        assert not compaction.done(), "ingest was answered while the compaction was still held"
         with pytest.raises(JsonRpcException) as caught:
             await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
         assert caught.value.code == errors.COMPACTION_RUNNING
+        gate.set()
         result = await compaction
         assert result["compacted"]
         items = (await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "prune": False}))["items"]

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HOOK_TIMEOUT = 10.0
 FIRST_BACKOFF = 30.0
 MAX_BACKOFF = 900.0
 
@@ -41,11 +40,6 @@ class CompactionRunner:
         self._summarizer: Summarizer | None = None
         self._summarizer_key: Any = None
         self.calls: deque[float] = deque()
-        self.backoff: dict[str, tuple[float, float]] = {}
-        """Per session: (not before this monotonic time, the next delay), after a failed auto-compaction."""
-        self.idle_at: dict[str, int] = {}
-        """Per session: context size at which auto-compaction last found nothing to do."""
-        self.sidecar.runtime_tables += [self.backoff, self.idle_at]
 
     def summarizer(self) -> Summarizer:
         """The summarizer for the current settings, rebuilt when they change."""
@@ -108,7 +102,8 @@ class CompactionRunner:
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
         if outcome.compacted:
             self.server.settle_later()
-            self.server.protocol.notify(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            # After the usage pushed above, so a client that reacts to didCompact already has the new usage.
+            self.server.notify_in_order(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after)))
@@ -135,11 +130,12 @@ class CompactionRunner:
             return None, False
         params = unstructure(WillCompactParams(session_id=session_id, mode=mode, trigger=trigger,  # type: ignore
                                                tokens_before=tokens, message_count=count, focus=focus))
+        timeout = self.sidecar.settings.compaction.hook_timeout_seconds
         try:
             answer = await asyncio.wait_for(
-                self.server.protocol.send_request_async(methods.CONTEXT_WILL_COMPACT, params), HOOK_TIMEOUT)
+                self.server.protocol.send_request_async(methods.CONTEXT_WILL_COMPACT, params), timeout)
         except TimeoutError:
-            log.info("context/willCompact got no answer in %.0f s; proceeding", HOOK_TIMEOUT)
+            log.info("context/willCompact got no answer in %g s; proceeding", timeout)
             return None, False
         except JsonRpcException as error:
             log.warning("context/willCompact failed (%s); proceeding", error)
@@ -211,13 +207,13 @@ class CompactionRunner:
             return
         if session_id in self.sidecar.compacting:
             return
-        not_before, _ = self.backoff.get(session_id, (0.0, 0.0))
+        not_before, _ = self.sidecar.auto_backoff.get(session_id, (0.0, 0.0))
         if time.monotonic() < not_before:
             return
         session = self.sidecar.store().session(session_id)
         if session is None:
             return
-        idle = self.idle_at.get(session_id)
+        idle = self.sidecar.auto_idle_at.get(session_id)
         if idle is not None and session.context_count < idle + max(1, settings.leaf_chunk_size):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
@@ -235,18 +231,16 @@ class CompactionRunner:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            _, delay = self.backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
+            _, delay = self.sidecar.auto_backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
             delay = min(delay * 2, MAX_BACKOFF)
-            self.backoff[session_id] = (time.monotonic() + delay, delay)
+            self.sidecar.auto_backoff[session_id] = (time.monotonic() + delay, delay)
             message = error.message if isinstance(error, JsonRpcException) else repr(error)
             log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s",
                         session_id, delay, message)
-            self.sidecar.auto_failed[session_id] = time.time() + delay
             self._push_usage(session_id)
             return
-        self.backoff.pop(session_id, None)
-        self.sidecar.auto_failed.pop(session_id, None)
+        self.sidecar.auto_backoff.pop(session_id, None)
         if result.compacted:
-            self.idle_at.pop(session_id, None)
+            self.sidecar.auto_idle_at.pop(session_id, None)
         else:
-            self.idle_at[session_id] = context_count
+            self.sidecar.auto_idle_at[session_id] = context_count

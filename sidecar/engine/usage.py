@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from protocol.types import UsageState
 from sidecar.settings import CompactionSettings
 
 HINTS = {
@@ -20,7 +21,7 @@ class UsageFigures:
     context_window: int
     threshold: int
     percent: float
-    state: str
+    state: UsageState
     hint: str | None
 
 
@@ -41,6 +42,7 @@ def usage_figures(tokens: int, context_window: int, settings: CompactionSettings
     """The usage state of a context of ``tokens`` in ``context_window``."""
     threshold = compaction_threshold(context_window, settings)
     percent = round(100.0 * tokens / context_window, 1) if context_window > 0 else 100.0
+    state: UsageState
     if compacting:
         state = "compacting"
     elif tokens > context_window:
@@ -54,7 +56,3 @@ def usage_figures(tokens: int, context_window: int, settings: CompactionSettings
     hint = HINTS[state].format(percent=percent) if state in HINTS else None
     return UsageFigures(tokens, context_window, threshold, percent, state, hint)
 
-
-def auto_compaction_due(tokens: int, context_window: int, settings: CompactionSettings) -> bool:
-    """Whether automatic compaction should start now."""
-    return settings.auto and settings.max_tokens != -1 and tokens >= compaction_threshold(context_window, settings)
