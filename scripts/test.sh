@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# Every check: lint, the Python suite (server over stdio, real DuckDB, real openai client), the editor plugins.
-set -euo pipefail
+# Every check: lint, types, the Python suite (server over stdio, real DuckDB, real openai client), the editor
+# plugins. Every suite runs even when an earlier one fails; the exit code is 1 if any failed, and each is named.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh || exit 1
 export PATH="$PWD/.venv/bin:$PATH"
-.venv/bin/ruff check sidecar protocol tests bench
-.venv/bin/python -m pytest -q "$@"
+failed=()
+run() {
+    local name=$1
+    shift
+    printf '\n== %s\n' "$name"
+    "$@" || failed+=("$name")
+}
+run ruff .venv/bin/ruff check sidecar protocol tests bench examples
+run mypy .venv/bin/mypy
+run pytest .venv/bin/python -m pytest -q "$@"
 if [ -x editors/run-tests.sh ] && [ -z "${SKIP_EDITORS:-}" ]; then
-    editors/run-tests.sh
+    run editors editors/run-tests.sh
 fi
+if [ ${#failed[@]} -gt 0 ]; then
+    printf '\nFAILED: %s\n' "${failed[*]}" >&2
+    exit 1
+fi
+printf '\nall checks passed\n'

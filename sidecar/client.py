@@ -103,7 +103,7 @@ class SidecarClient:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=log_file or stderr, env=env, limit=STREAM_LIMIT)
+                stderr=log_file or stderr, env=env, limit=STREAM_LIMIT)  # type: ignore[arg-type]
         finally:
             if log_file is not None:
                 log_file.close()  # the child holds its own descriptor
@@ -233,7 +233,7 @@ class SidecarClient:
     async def _call(self, method: str, params: Any, result: type[T]) -> T:
         data = await self.request(method, unstructure(params))
         try:
-            return structure(data, result)  # type: ignore[no-any-return]
+            return structure(data, result)
         except ParamsError as error:
             raise SidecarRequestError(codes.INTERNAL_ERROR, f"unexpected {method} result: {error}",
                                       {"field": error.field, "result": data}) from None

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 try:  # strict mode needs pytest-asyncio's own decorator; without pytest-asyncio the async fixtures cannot run
     from pytest_asyncio import fixture as async_fixture
 except ImportError:  # pragma: no cover - the plugin still loads, e.g. for openai_server alone
-    async_fixture = pytest.fixture
+    async_fixture = pytest.fixture  # type: ignore[assignment]
 
 SidecarFactory = Callable[..., Awaitable["SidecarClient"]]
 MARKER = "sidecar_settings"

@@ -143,7 +143,7 @@ def _attrs_unstructure_factory(cls: type) -> Any:
     overrides = {
         f.name: override(rename=camel(f.name), omit_if_default=f.default is None) for f in attrs.fields(cls)
     }
-    return make_dict_unstructure_fn(cls, converter, **overrides)
+    return make_dict_unstructure_fn(cls, converter, **overrides)  # type: ignore[arg-type]  # cattrs types kwargs
 
 
 converter = cattrs.Converter()

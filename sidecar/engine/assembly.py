@@ -16,13 +16,22 @@ PRUNED_PLACEHOLDER = "[Old tool result content cleared]"
 
 
 class Item(Protocol):
-    position: int
-    kind: str
-    role: str
-    tokens: int
-    tool_name: str | None
-    tool_call_id: str | None
-    tool_call_ids: tuple[str, ...] | None
+    """What assembly reads of a context item (read-only, so named tuples and frozen classes qualify)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def tool_name(self) -> str | None: ...
+    @property
+    def tool_call_id(self) -> str | None: ...
+    @property
+    def tool_call_ids(self) -> tuple[str, ...] | None: ...
 
 
 @attrs.define(frozen=True)

@@ -110,10 +110,11 @@ def message_row(message: dict[str, Any], max_tokens_per_part: int, tool_names: d
     calls = message.get("tool_calls") or []
     call_ids = [call["id"] for call in calls] or None
     call_id = message.get("tool_call_id")
+    tool_name: str | None
     if calls:
         tool_name = ",".join(call["function"]["name"] for call in calls)
     elif call_id is not None:
-        tool_name = tool_names.get(call_id) or message.get("name")
+        tool_name = tool_names.get(call_id) or (message.get("name") if isinstance(message.get("name"), str) else None)
     else:
         tool_name = None
     return MessageRow(

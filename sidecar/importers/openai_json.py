@@ -117,7 +117,8 @@ def _content(content: Any, role: str) -> tuple[Any, str | None]:
         elif isinstance(part, dict) and "image" in str(part.get("type", "")):
             parts.append({"type": "text", "text": "[image]"})
         elif isinstance(part, dict) and part.get("type") in ("refusal", "input_audio", "file"):
-            text = part.get("refusal") if isinstance(part.get("refusal"), str) else f"[{part['type']}]"
+            refusal = part.get("refusal")
+            text = refusal if isinstance(refusal, str) else f"[{part['type']}]"
             parts.append({"type": "text", "text": text})
         else:
             return None, f"content part {part!r:.60} not understood"

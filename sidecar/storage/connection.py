@@ -59,7 +59,7 @@ def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
         raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
     if path != MEMORY:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    config = {"memory_limit": memory_limit, "threads": 2}
+    config: dict[str, str | bool | int | float | list[str]] = {"memory_limit": memory_limit, "threads": 2}
     try:
         if path == MEMORY:
             db = duckdb.connect(path, config=config)

@@ -320,7 +320,7 @@ class Storage(IngestWrites, LineageQueries):
             return []
         rows = self._db.execute(" UNION ALL ".join(parts), params).fetchall()
         rows.sort(key=itemgetter(0))  # cheaper here than ORDER BY
-        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows]
+        return [ItemRow._make(row) if row[-1] is None else ItemRow._make((*row[:-1], tuple(row[-1]))) for row in rows]
 
     def tail(self, session: SessionRow, min_tokens: int, min_count: int,
              before: int | None = None) -> tuple[list[ItemRow], bool]:

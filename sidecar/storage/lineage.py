@@ -148,7 +148,9 @@ class LineageQueries:
             summary_count=session.summary_count + len(summaries),
             prunable_count=session.prunable_count - replaced.prunable_count,
             prunable_tokens=session.prunable_tokens - replaced.prunable_tokens, revision=session.revision + 1,
-            updated_at=now, live_after=session.last_position if session.live_count else session.live_after,
+            updated_at=now,
+            live_after=session.last_position if session.live_count and session.last_position is not None
+            else session.live_after,
             live_count=0)
         self._apply(session, after, summaries, sources, replaced, added)
         self._sessions[session_id] = after
@@ -168,7 +170,8 @@ class LineageQueries:
             ).fetchall()[0][0]
             # One INSERT for the new summaries' items and for the live messages that stay, so that the
             # context is all in context_items again; the replaced live messages never need an item.
-            parts, params = [], []
+            parts: list[str] = []
+            params: list[Any] = []
             if added:
                 parts.append("SELECT ?, unnest(?), 'summary', unnest(?), 'user', unnest(?), NULL, NULL, NULL")
                 params += [session_id, *[list(column) for column in zip(*added, strict=True)]]

@@ -130,7 +130,7 @@ def changed_paths(text: str) -> list[str]:
 
 def _units(text: str) -> list[str]:
     """Sentences of ``text``: its non-empty lines, long lines split at sentence ends."""
-    units = []
+    units: list[str] = []
     for line in text.splitlines():
         line = _BULLET.sub("", line.strip())
         if line and not _HEADING.match(line):
@@ -175,9 +175,9 @@ class _Level:
     chars: int
 
 
-_HANDOFF_LEVELS = (_Level(1000, 400), _Level(12, 300), _Level(8, 220), _Level(5, 160), _Level(3, 120),
-                   _Level(2, 90), _Level(1, 70), _Level(1, 40))
-_DIGEST_LEVELS = (_Level(4, 300), _Level(3, 220), _Level(2, 160), _Level(1, 120), _Level(1, 80))
+_HANDOFF_LEVELS: tuple[_Level, ...] = (_Level(1000, 400), _Level(12, 300), _Level(8, 220), _Level(5, 160),
+                                      _Level(3, 120), _Level(2, 90), _Level(1, 70), _Level(1, 40))
+_DIGEST_LEVELS: tuple[_Level, ...] = (_Level(4, 300), _Level(3, 220), _Level(2, 160), _Level(1, 120), _Level(1, 80))
 _AGGRESSIVE_START = {"handoff": 4, "digest": 3}
 _INLINE_CHARS = 256 * 1024  # above this much source text, summarize in a thread: the event loop keeps serving
 

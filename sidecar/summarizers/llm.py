@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sidecar.settings import LlmSettings, Settings
 from sidecar.summarizers.base import Summarizer, SummarizerError, SummaryRequest
@@ -15,6 +15,8 @@ from sidecar.summarizers.prompts import build_prompt
 
 if TYPE_CHECKING:
     import openai
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletionChunk
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +128,9 @@ class OpenAISummarizer:
         return "".join(choice.message.content or "" for choice in completion.choices[:1])
 
     async def _streamed(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> str:
-        stream = await client.chat.completions.create(
+        stream = cast("AsyncStream[ChatCompletionChunk]", await client.chat.completions.create(
             model=self.settings.model or "", messages=messages,  # type: ignore[arg-type]
-            temperature=self.settings.temperature, stream=True)
+            temperature=self.settings.temperature, stream=True))
         pieces: list[str] = []
         try:
             async for chunk in stream:
