@@ -25,7 +25,7 @@ apt_install() {
 
 server="${CONTEXT_SIDECAR_COMMAND%% *}"
 if ! command -v "$server" >/dev/null 2>&1; then
-  echo "context-sidecar not found: put it on PATH or set CONTEXT_SIDECAR_COMMAND (e.g. /work/venv/bin/context-sidecar)" >&2
+  echo "context-sidecar not found: put it on PATH or set CONTEXT_SIDECAR_COMMAND (e.g. .venv/bin/context-sidecar)" >&2
   exit 1
 fi
 echo "server: $(command -v "$server") ($("$server" --version 2>/dev/null || echo 'no --version'))"
