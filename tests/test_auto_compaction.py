@@ -7,8 +7,9 @@ import threading
 import time
 
 import pytest
+from pygls.exceptions import JsonRpcException
 
-from protocol import methods
+from protocol import errors, methods
 from sidecar.importers import parse_transcript
 from sidecar.synthetic import coding_session
 from sidecar.testing import FakeOpenAIServer, Reply
@@ -68,8 +69,13 @@ async def test_a_failing_endpoint_is_not_called_in_a_loop(db_path):
             assert calls_after_failure > 0
             for extra in range(5):
                 await ingest(client, "s", [{"role": "user", "content": f"more work {extra} " * 50}])
-            await asyncio.sleep(0.5)
             assert len(llm.chat_requests) == calls_after_failure, "back-off: no new calls right after a failure"
+            # A manual compaction now fails on the endpoint (-32010); had an automatic one started, it would
+            # still be running (-32011) or would have called the endpoint already.
+            llm.responder = lambda request: Reply(status=400)  # not retried: fails at once
+            with pytest.raises(JsonRpcException) as caught:
+                await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
+            assert caught.value.code == errors.SUMMARIZER_FAILED
             assert client.compact_events == []
             everything = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 10**7})
             assert len(everything["items"]) == 125  # history kept in full
@@ -79,10 +85,11 @@ async def test_auto_compaction_is_off_with_max_tokens_minus_one(db_path):
     async with running_sidecar(settings=auto_settings(db_path, maxTokens=-1)) as client:
         result = await ingest(client, "s", coding_session(200), contextWindow=8000)
         assert result["usage"]["state"] == "overflow"
-        await asyncio.sleep(0.5)
-        assert client.compact_events == []
-        manual = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})
+        manual = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"})  # -32011 if auto had started
         assert manual["compacted"] is True
+        while not client.compact_events:
+            await asyncio.sleep(0.02)
+        assert [event["trigger"] for event in client.compact_events] == ["manual"]
 
 
 async def test_hook_can_cancel_a_compaction(db_path):

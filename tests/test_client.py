@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -246,20 +247,31 @@ async def test_cancelling_a_running_compaction_task_leaves_the_session_unchanged
     from sidecar.synthetic import coding_session
     from sidecar.testing import FakeOpenAIServer, Reply
 
+    gate = threading.Event()
+
+    def held_summary(request: object) -> Reply:
+        gate.wait(60)
+        return Reply(text="slow summary")
+
     with FakeOpenAIServer() as llm:
-        llm.responder = lambda request: Reply(text="slow summary", delay=2.0)
+        llm.responder = held_summary
         settings = {"compaction": {"auto": False},
-                    "llm": {"baseUrl": llm.base_url, "model": "fake-model", "timeoutSeconds": 10}}
+                    "llm": {"baseUrl": llm.base_url, "model": "fake-model", "timeoutSeconds": 60}}
         async with await SidecarClient.spawn(db=str(tmp_path / "c.duckdb"), settings=settings) as client:
+            states: list[str] = []
+            client.on_usage(lambda usage: states.append(usage.state))
             await client.ingest("s", coding_session(120))
             before = await client.assemble("s", prune=False)
             task = asyncio.ensure_future(client.compact("s", mode="full"))
             while not llm.chat_requests:  # the compaction is under way, waiting on the model
                 await asyncio.sleep(0.05)
+            states.clear()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(2.5)  # long enough for the model's replies, had the server gone on
+            gate.set()  # the model answers now: a server that went on would apply the summaries
+            while not states or states[-1] == "compacting":  # the compaction's end pushes the usage again
+                await asyncio.sleep(0.05)
             after = await client.assemble("s", prune=False)
             assert [i.id for i in after.items] == [i.id for i in before.items]
             assert (await client.usage("s")).summaries == 0

@@ -220,9 +220,11 @@ async def test_settings_change_of_protected_tools_recounts(tmp_path):
     async with running_sidecar(settings=settings) as client:
         await ingest(client, "s", tool_rounds(12))
         assert any(i.get("pruned") for i in (await assembled(client))["items"])
+        pushed = len(client.usage_events)
         client.protocol.notify(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION, lsp.DidChangeConfigurationParams(settings={
             "contextSidecar": {**settings, "prune": {**settings["prune"], "protectedTools": ["read"]}}}))
-        await asyncio.sleep(0.2)
+        while len(client.usage_events) == pushed:  # a settings change pushes every touched session's usage
+            await asyncio.sleep(0.02)
         result = await assembled(client)
         assert not any(i.get("pruned") for i in result["items"])
         usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
