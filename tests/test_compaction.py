@@ -43,7 +43,7 @@ def llm():
 
 def llm_settings(db_path, server, **compaction):
     return settings_for(db_path, compaction={"auto": False, "keepRecentTokens": 0, **compaction},
-                        llm={"baseUrl": server.base_url, "model": "fake-model", "timeoutSeconds": 5})
+                        llm={"baseUrl": server.base_url, "model": "fake-model", "timeoutSeconds": 60})
 
 
 async def state(client, session_id="s"):
@@ -233,8 +233,8 @@ async def test_escalation_ends_in_deterministic_truncation(db_path, llm):
         result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": "handoff"})
         assert result["compacted"]
         assert "truncated to ~" in result["summary"]
-        prompts = [r.body["messages"][-1]["content"] for r in llm.chat_requests]
-        aggressive = [p for p in prompts if "shorter is better" in p]
+        prompts = {r.body["messages"][-1]["content"] for r in llm.chat_requests}  # a retry repeats its prompt
+        aggressive = {p for p in prompts if "shorter is better" in p}
         assert aggressive and len(aggressive) * 2 == len(prompts)  # each summary: normal, then aggressive
 
 
