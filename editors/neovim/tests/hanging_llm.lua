@@ -1,15 +1,16 @@
 ---A TCP listener on 127.0.0.1 that takes HTTP requests and never answers: a summarizer that hangs.
 local M = {}
+local uv = vim.uv or vim.loop
 
 ---@return {port: integer, received: fun(): boolean, close: fun()}
 function M.start()
-  local server = vim.loop.new_tcp()
+  local server = uv.new_tcp()
   server:bind('127.0.0.1', 0)
   local clients = {}
   local got_request = false
   server:listen(16, function(err)
     assert(not err, err)
-    local conn = vim.loop.new_tcp()
+    local conn = uv.new_tcp()
     server:accept(conn)
     table.insert(clients, conn)
     conn:read_start(function(_, data)
