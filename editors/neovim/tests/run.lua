@@ -8,7 +8,7 @@ package.path = here .. '/?.lua;' .. package.path
 vim.cmd('runtime plugin/context_sidecar.lua')
 
 local t = require('harness')
-local hanging_llm = require('hanging_llm')
+local fake_llm = require('fake_llm')
 local uv = vim.uv or vim.loop
 
 -- Every deprecated Neovim API the plugin or these tests call; the last test wants none.
@@ -293,7 +293,7 @@ local function main()
     if not serves_compact() then
       t.skip('the server does not answer context/compact yet')
     end
-    local llm = hanging_llm.start()
+    local llm = fake_llm.start()
     local ok, err = pcall(function()
       sidecar.stop()
       sidecar.setup({
@@ -321,6 +321,46 @@ local function main()
       t.eq(after.tokens, before.tokens)
       t.eq(after.summaries, 0)
       t.ok(after.state ~= 'compacting', after.state)
+    end)
+    llm.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test(':ContextCompact tells the user when the summarizer fails', function()
+    if not serves_compact() then
+      t.skip('the server does not answer context/compact yet')
+    end
+    local llm = fake_llm.start({ status = 400 })
+    local ok, err = pcall(function()
+      sidecar.stop()
+      sidecar.setup({
+        cmd = cmd,
+        cmd_env = { CTX_SIDECAR_TEST_KEY = 'sk-test' },
+        settings = vim.tbl_deep_extend('force', SETTINGS, {
+          llm = { baseUrl = string.format('http://127.0.0.1:%d/v1', llm.port), model = 'fake-model',
+                  apiKeyEnv = 'CTX_SIDECAR_TEST_KEY' },
+        }),
+      })
+      t.wait_for('the restarted server', function()
+        return status.running and sidecar.server_capabilities ~= nil
+      end)
+      local before = ingest('failing', conversation('f')).usage
+      sidecar.set_session('failing')
+      vim.cmd('ContextCompact')
+      t.wait_for('the failed compaction', function()
+        return sidecar.compaction().done
+      end, 30000)
+      t.ok(llm.received(), 'the summarizer was not asked')
+      local failure = sidecar.compaction().err
+      t.eq(failure and failure.code, -32010, vim.inspect(failure))
+      t.wait_for('the message to the user', function()
+        return #vim.tbl_filter(function(n)
+          return n.message:find('compaction failed: .*%(%-32010%)$') ~= nil and n.level == vim.log.levels.ERROR
+        end, notifications) == 1
+      end)
+      t.eq(request('context/usage', { sessionId = 'failing' }).tokens, before.tokens)
     end)
     llm.close()
     if not ok then
