@@ -135,6 +135,35 @@ local function server_pid(c)
   return pid
 end
 
+---Run `:checkhealth context_sidecar` and read its report as `{level, text}` items
+---(0.7 writes `- OK: text`, 0.10+ `- ✅ OK text`).
+---@return {level: string, text: string}[]
+local function checkhealth()
+  vim.cmd('silent checkhealth context_sidecar')
+  local bufnr = vim.api.nvim_get_current_buf()
+  local lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  t.ok(table.concat(lines, '\n'):find('context_sidecar', 1, true), 'not a health report: ' .. vim.inspect(lines))
+  local report = {}
+  for _, line in ipairs(lines) do
+    local level, text = line:match('^%s*%-%s+[^%w]*(%u+):?%s+(.*)$')
+    if level == 'OK' or level == 'INFO' or level == 'WARNING' or level == 'ERROR' then
+      table.insert(report, { level = level, text = text })
+    end
+  end
+  vim.cmd('bwipeout! ' .. bufnr)
+  return report
+end
+
+---@return boolean whether `report` has an item of `level` whose text matches `pattern`
+local function find(report, level, pattern)
+  for _, item in ipairs(report) do
+    if item.level == level and item.text:find(pattern) then
+      return true
+    end
+  end
+  return false
+end
+
 local function main()
   t.test('setup() starts the sidecar and initializes', function()
     sidecar.setup({ cmd = cmd, settings = SETTINGS })
@@ -145,6 +174,48 @@ local function main()
     t.eq(caps.protocolVersion, 1)
     t.ok(vim.tbl_contains(caps.methods, 'memory/ingest'), vim.inspect(caps.methods))
     t.eq(sidecar.statusline(), 'ctx –')
+  end)
+
+  t.test(':checkhealth context_sidecar finds the server, its version and a running client', function()
+    local report = checkhealth()
+    local text = vim.inspect(report)
+    local errors = vim.tbl_filter(function(r)
+      return r.level ~= 'OK' and r.level ~= 'INFO'
+    end, report)
+    t.eq(errors, {}, 'warnings or errors')
+    t.ok(find(report, 'OK', '^Neovim %d+%.%d+%.%d+'), text)
+    t.ok(find(report, 'OK', '^`' .. vim.pesc(cmd[1]) .. '` found: /'), text)
+    t.ok(find(report, 'OK', 'answers: context%-sidecar %d+%.%d+'), text)
+    t.ok(find(report, 'OK', '^running as LSP client %d+: context%-sidecar %d'), text)
+    t.ok(find(report, 'OK', '^protocol version 1$'), text)
+    t.ok(find(report, 'OK', 'options look right'), text)
+  end)
+
+  t.test(':checkhealth context_sidecar reports a missing server, one that fails, and wrong options', function()
+    local config = require('context_sidecar.config')
+    local saved = config.options
+    local ok, err = pcall(function()
+      config.options = vim.tbl_extend('force', vim.deepcopy(saved), {
+        cmd = { 'no-such-context-sidecar' },
+        restart = { limit = -1, window_ms = 1000 },
+        notify_progres = true,
+        settings = { llm = { apiKeyEnv = 'CTX_SIDECAR_UNSET_KEY' } },
+      })
+      local report = checkhealth()
+      local text = vim.inspect(report)
+      t.ok(find(report, 'ERROR', '^`no%-such%-context%-sidecar` is not found'), text)
+      t.ok(find(report, 'WARNING', '^unknown option `notify_progres`'), text)
+      t.ok(find(report, 'WARNING', '^`restart` must be'), text)
+      t.ok(find(report, 'WARNING', 'CTX_SIDECAR_UNSET_KEY, which is neither'), text)
+      config.options = vim.tbl_extend('force', vim.deepcopy(saved), { cmd = { 'sh', '-c', 'echo no such flag >&2; exit 3' } })
+      report = checkhealth()
+      text = vim.inspect(report)
+      t.ok(find(report, 'ERROR', 'did not answer with a version: exit code 3, output "no such flag"'), text)
+    end)
+    config.options = saved
+    if not ok then
+      error(err, 0)
+    end
   end)
 
   t.test('statusline moves through ok, suggest, compact and overflow', function()

@@ -7,6 +7,7 @@ local uv = vim.uv or vim.loop
 
 -- Neovim 0.11 made the client's functions methods (`client:request(...)`); before, they take no self.
 local methods_take_self = vim.fn.has('nvim-0.11') == 1
+M.methods_take_self = methods_take_self
 
 ---Call a function of an LSP client, whichever convention this Neovim uses.
 ---@param c table the client
