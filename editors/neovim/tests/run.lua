@@ -174,6 +174,7 @@ local function main()
     t.eq(caps.protocolVersion, 1)
     t.ok(vim.tbl_contains(caps.methods, 'memory/ingest'), vim.inspect(caps.methods))
     t.eq(sidecar.statusline(), 'ctx –')
+    t.eq(vim.lsp.get_buffers_by_client_id(sidecar.client().id), {}, 'buffers the sidecar is attached to')
   end)
 
   t.test(':checkhealth context_sidecar finds the server, its version and a running client', function()

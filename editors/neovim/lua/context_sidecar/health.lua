@@ -85,7 +85,7 @@ local function check_neovim(report)
     return
   end
   report.ok(string.format('Neovim %s (the server runs through %s; client calls as %s)', version,
-    vim.lsp.start and 'vim.lsp.start' or 'vim.lsp.start_client',
+    client.start_api,
     client.methods_take_self and 'methods, client:request()' or 'functions, client.request()'))
 end
 
