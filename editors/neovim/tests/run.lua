@@ -165,6 +165,47 @@ local function find(report, level, pattern)
 end
 
 local function main()
+  t.test(':helptags builds the help file, and it has a tag for every command, option and function', function()
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir .. '/doc', 'p')
+    vim.fn.writefile(vim.fn.readfile(root .. '/doc/context_sidecar.txt'), dir .. '/doc/context_sidecar.txt')
+    local ok, err = pcall(vim.cmd, 'helptags ' .. vim.fn.fnameescape(dir .. '/doc'))
+    t.ok(ok, tostring(err))
+    local tags = {}
+    for _, line in ipairs(vim.fn.readfile(dir .. '/doc/tags')) do
+      tags[vim.split(line, '\t', { plain = true })[1]] = true
+    end
+    local wanted = { 'context_sidecar.txt', 'context_sidecar-options', ':checkhealth-context_sidecar' }
+    for name in pairs(vim.api.nvim_get_commands({})) do
+      if name:match('^Context') then
+        table.insert(wanted, ':' .. name)
+      end
+    end
+    local config = require('context_sidecar.config')
+    for name in pairs(vim.tbl_extend('force', config.defaults, { cmd_env = 0, root_dir = 0, session = 0 })) do
+      table.insert(wanted, 'context_sidecar-' .. name)
+    end
+    for name, value in pairs(sidecar) do
+      if type(value) == 'function' then
+        table.insert(wanted, 'context_sidecar.' .. name .. '()')
+      end
+    end
+    table.sort(wanted)
+    local missing = vim.tbl_filter(function(tag)
+      return not tags[tag]
+    end, wanted)
+    t.eq(missing, {}, 'tags missing from doc/context_sidecar.txt')
+    vim.opt.runtimepath:append(dir)
+    for tag in pairs(tags) do
+      local found, why = pcall(vim.cmd, 'help ' .. tag)
+      t.ok(found, tag .. ': ' .. tostring(why))
+      t.eq(vim.fn.expand('%:t'), 'context_sidecar.txt', tag)
+      vim.cmd('helpclose')
+    end
+    vim.opt.runtimepath:remove(dir)
+    vim.fn.delete(dir, 'rf')
+  end)
+
   t.test('setup() starts the sidecar and initializes', function()
     sidecar.setup({ cmd = cmd, settings = SETTINGS })
     t.wait_for('initialize', function()
