@@ -181,8 +181,7 @@ local function main()
         table.insert(wanted, ':' .. name)
       end
     end
-    local config = require('context_sidecar.config')
-    for name in pairs(vim.tbl_extend('force', config.defaults, { cmd_env = 0, root_dir = 0, session = 0 })) do
+    for _, name in ipairs(require('context_sidecar.config').names) do
       table.insert(wanted, 'context_sidecar-' .. name)
     end
     for name, value in pairs(sidecar) do

@@ -71,11 +71,11 @@ function M.json_object(t)
   return t
 end
 
--- The defaults leave out the options that default to nil.
-local known = { cmd_env = true, root_dir = true, session = true }
-for name in pairs(M.defaults) do
-  known[name] = true
-end
+---Every option's name, sorted; the defaults leave out those that default to nil.
+---@type string[]
+M.names = { 'cmd_env', 'root_dir', 'session' }
+vim.list_extend(M.names, vim.tbl_keys(M.defaults))
+table.sort(M.names)
 
 ---@param value any
 ---@return boolean
@@ -116,7 +116,7 @@ function M.problems(opts)
   local names = vim.tbl_keys(opts)
   table.sort(names)
   for _, name in ipairs(names) do
-    if not known[name] then
+    if not vim.tbl_contains(M.names, name) then
       add('unknown option `%s`', name)
     end
   end
