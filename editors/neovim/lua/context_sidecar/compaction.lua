@@ -56,7 +56,7 @@ local function finish(compaction, err, result)
     if err.code == protocol.errors.REQUEST_CANCELLED then
       notify('compaction cancelled; the session is unchanged')
     else
-      notify('compaction failed: ' .. describe_error(err), vim.log.levels.ERROR)
+      notify('compaction failed: ' .. util.describe_error(err), vim.log.levels.ERROR)
     end
   elseif result.compacted then
     notify(string.format('compacted %s: %d → %d tokens', compaction.session, result.tokensBefore, result.tokensAfter))

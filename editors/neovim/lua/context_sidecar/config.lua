@@ -29,6 +29,11 @@ M.defaults = {
 
 ---@type ContextSidecarOptions
 M.options = vim.deepcopy(M.defaults)
+---Whether setup() has run.
+M.configured = false
+
+-- vim.islist is 0.10+; 0.12 deprecates vim.tbl_islist.
+local islist = vim.islist or vim.tbl_islist
 
 ---Merge user options over the defaults; `settings` is taken as given, the server owns its defaults.
 ---@param opts table|nil
@@ -42,6 +47,7 @@ function M.apply(opts)
     merged.cmd = { merged.cmd }
   end
   M.options = merged
+  M.configured = true
   return merged
 end
 
@@ -63,6 +69,90 @@ function M.json_object(t)
     return vim.empty_dict()
   end
   return t
+end
+
+---Every option's name, sorted; the defaults leave out those that default to nil.
+---@type string[]
+M.names = { 'cmd_env', 'root_dir', 'session' }
+vim.list_extend(M.names, vim.tbl_keys(M.defaults))
+table.sort(M.names)
+
+---@param value any
+---@return boolean
+local function is_string_list(value)
+  if type(value) ~= 'table' or not islist(value) or #value == 0 then
+    return false
+  end
+  for _, item in ipairs(value) do
+    if type(item) ~= 'string' then
+      return false
+    end
+  end
+  return true
+end
+
+---@param value any
+---@return boolean
+local function is_string_map(value)
+  if type(value) ~= 'table' then
+    return false
+  end
+  for k, v in pairs(value) do
+    if type(k) ~= 'string' or type(v) ~= 'string' then
+      return false
+    end
+  end
+  return true
+end
+
+---What is wrong with `opts`, one readable line each; the protocol settings are the server's to judge.
+---@param opts table
+---@return string[]
+function M.problems(opts)
+  local problems = {}
+  local function add(...)
+    table.insert(problems, string.format(...))
+  end
+  local names = vim.tbl_keys(opts)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if not vim.tbl_contains(M.names, name) then
+      add('unknown option `%s`', name)
+    end
+  end
+  if not is_string_list(opts.cmd) then
+    add('`cmd` must be a non-empty list of strings, got %s', vim.inspect(opts.cmd))
+  end
+  if opts.cmd_env ~= nil and not is_string_map(opts.cmd_env) then
+    add('`cmd_env` must map names to strings, got %s', vim.inspect(opts.cmd_env))
+  end
+  if opts.root_dir ~= nil and (type(opts.root_dir) ~= 'string' or vim.fn.isdirectory(opts.root_dir) == 0) then
+    add('`root_dir` is not a directory: %s', vim.inspect(opts.root_dir))
+  end
+  if opts.session ~= nil and type(opts.session) ~= 'string' then
+    add('`session` must be a session id (string) or nil, got %s', vim.inspect(opts.session))
+  end
+  for _, name in ipairs({ 'autostart', 'notify_progress' }) do
+    if type(opts[name]) ~= 'boolean' then
+      add('`%s` must be true or false, got %s', name, vim.inspect(opts[name]))
+    end
+  end
+  local restart = opts.restart
+  if type(restart) ~= 'table' or type(restart.limit) ~= 'number' or restart.limit < 0
+      or type(restart.window_ms) ~= 'number' or restart.window_ms <= 0 then
+    add('`restart` must be { limit = n >= 0, window_ms = n > 0 }, got %s', vim.inspect(restart))
+  end
+  local settings = opts.settings
+  if type(settings) ~= 'table' or (next(settings) ~= nil and islist(settings)) then
+    add('`settings` must be a table of protocol Settings, got %s', vim.inspect(settings))
+  elseif type(settings.llm) == 'table' and type(settings.llm.apiKeyEnv) == 'string' then
+    local name = settings.llm.apiKeyEnv
+    local env = type(opts.cmd_env) == 'table' and opts.cmd_env or {}
+    if env[name] == nil and os.getenv(name) == nil then
+      add('`settings.llm.apiKeyEnv` names %s, which is neither in `cmd_env` nor in the environment', name)
+    end
+  end
+  return problems
 end
 
 return M

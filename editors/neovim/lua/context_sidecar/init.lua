@@ -17,6 +17,9 @@ local M = {}
 ---Server capabilities `experimental.contextSidecar` of the running server.
 ---@type table|nil
 M.server_capabilities = nil
+---`serverInfo` of the running server's `initialize` reply: `{name, version}`.
+---@type table|nil
+M.server_info = nil
 
 ---@return table|nil client, string|nil session_id
 local function client_and_session()
@@ -79,6 +82,7 @@ local callbacks = {
     status.running = true
     local caps = result and result.capabilities and result.capabilities.experimental
     M.server_capabilities = caps and caps[protocol.EXPERIMENTAL_KEY] or nil
+    M.server_info = result and result.serverInfo or nil
     vim.schedule(M.refresh)
   end,
   on_exit = function()
