@@ -15,7 +15,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from sidecar.settings import camel, describe_json
+from sidecar.config.settings import camel, describe_json
 
 
 class ParamsError(ValueError):

@@ -8,7 +8,7 @@ import re
 
 import duckdb
 
-from sidecar.settings import MEMORY_SIZE
+from sidecar.config.settings import MEMORY_SIZE
 from sidecar.storage.rows import StorageFailure, StorageLocked
 
 log = logging.getLogger(__name__)

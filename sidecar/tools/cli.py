@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_file)
     if args.command == "demo":
-        from sidecar.demo import run_demo
+        from sidecar.tools.demo import run_demo
 
         return run_demo(db=args.db, messages=args.messages)
     if args.command == "import":
@@ -121,15 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(db: str | None, client_process_id: int | None) -> int:
     """Serve the protocol on stdio until ``exit``; returns the exit code."""
-    from sidecar import early as early_start
+    from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
     early = early_start.start(sys.stdin.buffer.fileno(), stdout, db)
 
-    from sidecar.core import Sidecar
-    from sidecar.features import setup  # waits for the thread importing it
-    from sidecar.server import SidecarServer
+    from sidecar.rpc.handlers import setup  # waits for the thread importing it
+    from sidecar.rpc.server import SidecarServer
+    from sidecar.services.state import Sidecar
 
     server = SidecarServer(Sidecar(storage_path=db))
     setup(server)
