@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sidecar"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("sidecar", "sidecar.config"),
-    ("sidecar.wire", "sidecar.engine", "sidecar.storage", "sidecar.summarizers", "sidecar.importers",
+    ("sidecar", "sidecar.wire"),
+    ("sidecar.config", "sidecar.engine", "sidecar.storage", "sidecar.summarizers", "sidecar.importers",
      "sidecar.testing"),
     ("sidecar.services",),
     ("sidecar.rpc",),

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from protocol import methods
 from sidecar import __version__
 
 DESCRIPTION = """\
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--format", choices=FORMAT_CHOICES, default="auto", help="transcript format (default auto)")
     replay.add_argument("--context-window", type=int, metavar="N",
                         help="context window of the session (default: the transcript model's, else 128000)")
-    replay.add_argument("--mode", choices=["incremental", "full", "handoff"], default="incremental",
+    replay.add_argument("--mode", choices=methods.COMPACTION_MODES, default="incremental",
                         help="auto-compaction mode (default incremental)")
     replay.add_argument("--report-usage", choices=["auto", "always", "never"], default="auto",
                         help="send the provider usage recorded in the transcript: auto (default) while the sidecar "
