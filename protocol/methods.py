@@ -1,5 +1,9 @@
 """JSON-RPC method names of the context-sidecar protocol, version 1."""
 
+from typing import get_args
+
+from protocol.types import CompactionMode
+
 PROTOCOL_VERSION = 1
 SERVER_NAME = "context-sidecar"
 EXPERIMENTAL_KEY = "contextSidecar"
@@ -45,4 +49,4 @@ CLIENT_NOTIFICATIONS = (CONTEXT_REPORT_USAGE,)
 SERVER_NOTIFICATIONS = (CONTEXT_DID_CHANGE_USAGE, CONTEXT_DID_COMPACT)
 SERVER_REQUESTS = (CONTEXT_WILL_COMPACT,)
 
-COMPACTION_MODES = ("incremental", "full", "handoff")
+COMPACTION_MODES: tuple[str, ...] = get_args(CompactionMode)

@@ -1,5 +1,5 @@
 """Allow ``python -m sidecar``."""
 
-from sidecar.cli import main
+from sidecar.tools.cli import main
 
 raise SystemExit(main())

@@ -1,12 +1,15 @@
-"""Converting protocol types to and from JSON: camelCase keys, strict primitives.
+"""Converting protocol types and settings to and from JSON: camelCase keys, strict primitives.
 
 Strict means no coercion: ``"5"`` is not an int and ``1`` is not a bool, so
-ill-typed params are rejected with the path of the first bad field.
+ill-typed params are rejected with the path of the first bad field. Settings are
+read in the lenient mode (``structure_lenient``): a bad value is reported and
+replaced, and the rest is kept.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from typing import Any
@@ -15,7 +18,31 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from sidecar.settings import camel, describe_json
+
+def camel(name: str) -> str:
+    """``max_tokens`` -> ``maxTokens``."""
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def snake(name: str) -> str:
+    """``maxTokens`` -> ``max_tokens``."""
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def describe_json(value: Any) -> str:
+    """A JSON value as an error message names it: ``null``, ``a boolean``, ``the string 'x'``…"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
 
 
 class ParamsError(ValueError):
@@ -76,6 +103,11 @@ def _structure_list(value: Any, cls: type) -> list[Any]:
         except ParamsError as error:
             raise ParamsError(str(error), _join(f"[{index}]", error.field)) from None
     raise AssertionError("unreachable: the item that failed above fails here too")
+
+
+def _structure_tuple(value: Any, cls: type) -> tuple[Any, ...]:
+    (item_type, *_) = typing.get_args(cls) or (Any,)
+    return tuple(_structure_list(value, list[item_type]))  # type: ignore[valid-type]
 
 
 def _structure_literal(value: Any, cls: type) -> Any:
@@ -151,6 +183,7 @@ for _kind in (str, int, float, bool):
     converter.register_structure_hook(_kind, _strict(_kind))
 converter.register_structure_hook_func(lambda t: typing.get_origin(t) is dict, _structure_any_dict)
 converter.register_structure_hook_func(lambda t: typing.get_origin(t) is list, _structure_list)
+converter.register_structure_hook_func(lambda t: typing.get_origin(t) is tuple, _structure_tuple)
 converter.register_structure_hook_func(lambda t: typing.get_origin(t) is typing.Literal, _structure_literal)
 converter.register_structure_hook_func(
     lambda t: typing.get_origin(t) in (typing.Union, types.UnionType), _structure_union
@@ -172,3 +205,70 @@ def structure(value: Any, cls: type) -> Any:
 def unstructure(value: Any) -> Any:
     """``value`` as JSON-ready data with camelCase keys and no null optionals."""
     return converter.unstructure(value)
+
+
+class Replaced(ValueError):
+    """A validator's verdict that a value is unusable and ``value`` stands in for it, not the default."""
+
+    def __init__(self, message: str, value: Any) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+def structure_lenient(value: Any, cls: type, base: Any, problems: list[str], path: str = "") -> Any:
+    """``value`` (JSON) over ``base`` as the attrs class ``cls``, keeping what fits.
+
+    A value of the wrong type or that its field's validator refuses is reported in ``problems`` and
+    replaced by the field's default; unknown keys are reported and ignored; ``dict`` fields drop bad
+    entries one by one.
+    """
+    if not isinstance(value, dict):
+        problems.append(f"{path.rstrip('.') or 'settings'}: expected an object, got {describe_json(value)}; "
+                        "using defaults")
+        return base
+    fields = {camel(f.name): f for f in attrs.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    defaults = cls()
+    changes: dict[str, Any] = {}
+    for key, item in value.items():
+        field = fields.get(key) or fields.get(camel(snake(key)))
+        where = f"{path}{key}"
+        if field is None:
+            problems.append(f"{where}: unknown setting, ignored")
+            continue
+        hint, default = hints[field.name], getattr(defaults, field.name)
+        if attrs.has(hint):
+            changes[field.name] = structure_lenient(item, hint, getattr(base, field.name), problems, f"{where}.")
+            continue
+        if typing.get_origin(hint) is dict and isinstance(item, dict):
+            changes[field.name] = _dict_lenient(item, hint, problems, where)
+            continue
+        try:
+            new = structure(item, hint)
+            if field.validator is not None:
+                field.validator(None, field, new)
+        except Replaced as error:
+            problems.append(f"{where}: {error}; using {error.value!r}")
+            new = error.value
+        except ParamsError as error:
+            problems.append(f"{_join(where, error.field)}: {error}; using the default {default!r}")
+            new = default
+        except ValueError as error:
+            problems.append(f"{where}: {error}; using the default {default!r}")
+            new = default
+        changes[field.name] = new
+    return attrs.evolve(base, **changes)
+
+
+def _dict_lenient(value: dict[str, Any], hint: Any, problems: list[str], where: str) -> dict[str, Any]:
+    _, item_type = typing.get_args(hint)
+    kept = {}
+    for name, entry in value.items():
+        try:
+            kept[name] = structure(entry, item_type)
+        except ParamsError as error:
+            field = f"{error.field}: " if error.field else ""
+            problems.append(f"{where}.{name}: {field}{error}; entry ignored")
+        except ValueError as error:
+            problems.append(f"{where}.{name}: {error}; entry ignored")
+    return kept

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from protocol import methods
 from sidecar.engine.assembly import PruneRule, assemble, is_prunable, plan_window, prune_candidates
-from sidecar.synthetic import coding_session
+from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 

@@ -11,8 +11,8 @@ from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
 from sidecar.importers import parse_transcript
-from sidecar.synthetic import coding_session
 from sidecar.testing import FakeOpenAIServer, Reply
+from sidecar.tools.synthetic import coding_session
 from tests.conftest import PI_SESSION, call, ingest, running_sidecar, settings_for
 
 

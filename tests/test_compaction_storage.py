@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from protocol.types import IngestParams
-from sidecar.compaction.engine import Compaction
-from sidecar.core import Sidecar
+from sidecar.config.settings import read_settings
 from sidecar.engine.messages import message_text
-from sidecar.memory import ingest
-from sidecar.settings import read_settings
+from sidecar.services.compaction.engine import Compaction
+from sidecar.services.memory import ingest
+from sidecar.services.state import Sidecar
 from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
-from sidecar.synthetic import coding_session
+from sidecar.tools.synthetic import coding_session
 from tests.conftest import PI_SESSION
 
 

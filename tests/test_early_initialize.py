@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from protocol import errors, methods
-from sidecar.paths import default_storage_path
-from sidecar.transport import FrameReader, encode
+from sidecar.config.paths import default_storage_path
+from sidecar.rpc.framing import FrameReader, encode
 from tests.conftest import SERVER_COMMAND
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from protocol import errors
-from sidecar.transport import FrameReader, encode
+from sidecar.rpc.framing import FrameReader, encode
 from tests.conftest import SERVER_COMMAND
 
 

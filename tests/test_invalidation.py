@@ -12,12 +12,12 @@ import duckdb
 import pytest
 
 from protocol.types import AssembleParams, IngestParams, SessionInfo
-from sidecar.context import assemble_context
-from sidecar.core import Sidecar
+from sidecar.config.settings import read_settings
 from sidecar.engine.messages import message_row
-from sidecar.errors import SidecarError
-from sidecar.memory import ingest
-from sidecar.settings import read_settings
+from sidecar.services.context import assemble_context
+from sidecar.services.errors import SidecarError
+from sidecar.services.memory import ingest
+from sidecar.services.state import Sidecar
 from sidecar.storage import Storage
 from sidecar.storage.connection import invalidating
 

@@ -12,7 +12,7 @@ from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
 from sidecar import __version__
-from sidecar.settings import MIN_MEMORY_LIMIT, read_settings
+from sidecar.config.settings import MIN_MEMORY_LIMIT, read_settings
 from tests.conftest import SERVER_COMMAND, call, ingest, running_sidecar, settings_for
 
 

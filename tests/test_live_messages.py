@@ -14,16 +14,16 @@ import duckdb
 import pytest
 
 from protocol.types import IngestParams, ReportUsageParams, SessionInfo
-from sidecar.compaction.engine import Compaction
-from sidecar.context import report_usage
-from sidecar.core import Sidecar
+from sidecar.config.settings import read_settings
 from sidecar.engine.assembly import is_prunable
-from sidecar.memory import ingest
-from sidecar.settings import read_settings
+from sidecar.services.compaction.engine import Compaction
+from sidecar.services.context import report_usage
+from sidecar.services.memory import ingest
+from sidecar.services.state import Sidecar
 from sidecar.storage import Storage
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.summarizers.deterministic import DeterministicSummarizer
-from sidecar.synthetic import coding_session
+from sidecar.tools.synthetic import coding_session
 
 
 def make_sidecar(path: Path, protected: list[str]) -> Sidecar:

@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from protocol import errors, methods, types
-from sidecar.settings import camel
+from sidecar.wire import camel
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
 TEXT = DOC.read_text(encoding="utf-8")

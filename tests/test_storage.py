@@ -10,13 +10,13 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.config.paths import default_storage_path
+from sidecar.config.settings import size_in_bytes
 from sidecar.engine.messages import message_row
-from sidecar.paths import default_storage_path
-from sidecar.settings import size_in_bytes
 from sidecar.storage import Storage, StorageLocked, database
 from sidecar.storage.connection import ROW_GROUP_SIZE, SCAN_MEMORY_LIMIT
 from sidecar.storage.migrations import MIGRATIONS
-from sidecar.synthetic import coding_session
+from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 

@@ -17,8 +17,8 @@ import attrs
 import openai
 import pytest
 
+from sidecar.config.settings import LlmSettings, Settings
 from sidecar.engine.tokens import estimate_text_tokens
-from sidecar.settings import LlmSettings, Settings
 from sidecar.summarizers.base import SourceText, SummarizerError, SummaryRequest
 from sidecar.summarizers.deterministic import (
     DeterministicSummarizer,

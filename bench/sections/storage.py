@@ -12,7 +12,7 @@ import time
 from bench.core import BUDGET, GREP_PATTERN, SETTINGS, Bench, percentile, proc_status, progress, timed
 from protocol import methods
 from sidecar.client import SidecarClient
-from sidecar.server import CHECKPOINT_DELAY
+from sidecar.rpc.server import CHECKPOINT_DELAY
 
 
 async def load(bench: Bench, session_id: str, count: int) -> float:
@@ -36,7 +36,7 @@ async def load(bench: Bench, session_id: str, count: int) -> float:
 async def startup(bench: Bench) -> None:
     """Process start to the initialize reply, and to the first request's reply, median of several spawns.
 
-    initialize is answered while the server still loads (sidecar/early.py), so the first request
+    initialize is answered while the server still loads (sidecar/rpc/startup.py), so the first request
     after it is timed too: that is when the sidecar can first do work.
     """
     times, ready = [], []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from protocol.types import UsageState
-from sidecar.settings import CompactionSettings
+from sidecar.config.settings import CompactionSettings
 
 HINTS = {
     "suggest": "Context {percent:.0f}% full: type /compact to free up context",

@@ -8,7 +8,7 @@ import re
 
 import duckdb
 
-from sidecar.settings import MEMORY_SIZE
+from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, MEMORY_SIZE
 from sidecar.storage.rows import StorageFailure, StorageLocked
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def invalidating(error: BaseException | None) -> bool:
 def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
     """A connection to the database at ``path`` (``:memory:`` for none), configured; StorageLocked if held."""
     if not MEMORY_SIZE.fullmatch(memory_limit):
-        raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as '512MB'")
+        raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as {DEFAULT_MEMORY_LIMIT!r}")
     if path != MEMORY:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     config: dict[str, str | bool | int | float | list[str]] = {"memory_limit": memory_limit, "threads": 2}

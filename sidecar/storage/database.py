@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import duckdb
 
+from sidecar.config.settings import DEFAULT_MEMORY_LIMIT
 from sidecar.storage.connection import (
     CHECKPOINT_WAL_BYTES,
     MEMORY,
@@ -46,7 +47,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 class Storage(IngestWrites, LineageQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
-    def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
+    def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
@@ -66,7 +67,7 @@ class Storage(IngestWrites, LineageQueries):
         self._tails = TailCache()
 
     @classmethod
-    def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
+    def open(cls, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Storage:
         """Open (creating and migrating) the database at ``path``."""
         db = connect(path, memory_limit)
         cls._migrate(db)

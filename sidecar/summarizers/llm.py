@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
-from sidecar.settings import LlmSettings, Settings
+from sidecar.config.settings import LlmSettings, Settings
 from sidecar.summarizers.base import Summarizer, SummarizerError, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.prompts import build_prompt

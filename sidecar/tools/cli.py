@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from protocol import methods
 from sidecar import __version__
 
 DESCRIPTION = """\
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--format", choices=FORMAT_CHOICES, default="auto", help="transcript format (default auto)")
     replay.add_argument("--context-window", type=int, metavar="N",
                         help="context window of the session (default: the transcript model's, else 128000)")
-    replay.add_argument("--mode", choices=["incremental", "full", "handoff"], default="incremental",
+    replay.add_argument("--mode", choices=methods.COMPACTION_MODES, default="incremental",
                         help="auto-compaction mode (default incremental)")
     replay.add_argument("--report-usage", choices=["auto", "always", "never"], default="auto",
                         help="send the provider usage recorded in the transcript: auto (default) while the sidecar "
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_file)
     if args.command == "demo":
-        from sidecar.demo import run_demo
+        from sidecar.tools.demo import run_demo
 
         return run_demo(db=args.db, messages=args.messages)
     if args.command == "import":
@@ -121,15 +122,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(db: str | None, client_process_id: int | None) -> int:
     """Serve the protocol on stdio until ``exit``; returns the exit code."""
-    from sidecar import early as early_start
+    from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
     early = early_start.start(sys.stdin.buffer.fileno(), stdout, db)
 
-    from sidecar.core import Sidecar
-    from sidecar.features import setup  # waits for the thread importing it
-    from sidecar.server import SidecarServer
+    from sidecar.rpc.handlers import setup  # waits for the thread importing it
+    from sidecar.rpc.server import SidecarServer
+    from sidecar.services.state import Sidecar
 
     server = SidecarServer(Sidecar(storage_path=db))
     setup(server)

@@ -27,10 +27,10 @@ from protocol.types import (
     SessionsResult,
     SessionSummary,
 )
-from sidecar.core import Sidecar
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
-from sidecar.errors import id_not_found, invalid_params
+from sidecar.services.errors import id_not_found, invalid_params
+from sidecar.services.state import Sidecar
 from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
 

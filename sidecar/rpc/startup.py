@@ -19,13 +19,13 @@ import attrs
 
 from protocol import methods
 from sidecar import __version__
-from sidecar.paths import default_storage_path, workspace_path
-from sidecar.settings import read_settings, summarizer_name
-from sidecar.transport import Frame, FrameReader, encode
+from sidecar.config.paths import default_storage_path, workspace_path
+from sidecar.config.settings import read_settings, summarizer_name
+from sidecar.rpc.framing import Frame, FrameReader, encode
 
 FIRST_MESSAGE_WAIT = 0.5
 """Seconds to wait for the first message before leaving it to the server."""
-PRELOAD = ("sidecar.features", "sidecar.storage.database")
+PRELOAD = ("sidecar.rpc.handlers", "sidecar.storage.database")
 """Imported in the background at start: the server (pygls), then DuckDB, which the store opens just after."""
 _ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _CAPABILITY_SECTIONS = ("workspace", "textDocument", "notebookDocument", "window", "general")

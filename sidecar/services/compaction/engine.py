@@ -17,13 +17,13 @@ from typing import Any
 
 import attrs
 
-from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
-from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
-from sidecar.core import Sidecar
 from sidecar.engine.assembly import context_total, is_prunable
+from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
+from sidecar.engine.files import files_touched, footer_files, render_footer, strip_footer
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
-from sidecar.memory import iso
+from sidecar.services.memory import iso
+from sidecar.services.state import Sidecar
 from sidecar.storage.lineage import Replaced
 from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest

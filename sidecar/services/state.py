@@ -10,14 +10,14 @@ import attrs
 
 from protocol import errors as codes
 from protocol.types import Usage, UsageSource
+from sidecar.config.models import context_window_for
+from sidecar.config.paths import default_storage_path
+from sidecar.config.settings import Settings
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
-from sidecar.errors import SidecarError, unknown_session
-from sidecar.models import context_window_for
-from sidecar.paths import default_storage_path
-from sidecar.settings import Settings
+from sidecar.services.errors import SidecarError, unknown_session
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
 
 if TYPE_CHECKING:

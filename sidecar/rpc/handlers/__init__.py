@@ -1,7 +1,7 @@
 """Request handlers, one module per method family, each with a ``setup(server)``."""
 
-from sidecar.features import compaction, context, lifecycle, memory
-from sidecar.server import SidecarServer
+from sidecar.rpc.handlers import compaction, context, lifecycle, memory
+from sidecar.rpc.server import SidecarServer
 
 
 def setup(server: SidecarServer) -> None:

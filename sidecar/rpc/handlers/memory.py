@@ -1,4 +1,4 @@
-"""Handlers of memory/*: thin wrappers over ``sidecar.memory``."""
+"""Handlers of memory/*: thin wrappers over ``sidecar.services.memory``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from protocol.types import (
     IngestParams,
     SessionsParams,
 )
-from sidecar import memory
-from sidecar.errors import SidecarError
-from sidecar.server import SidecarServer
+from sidecar.rpc.server import SidecarServer
+from sidecar.services import memory
+from sidecar.services.errors import SidecarError
 from sidecar.wire import unstructure
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sidecar.settings import ModelInfo
+from sidecar.config.settings import ModelInfo
 
 BUILT_IN_CONTEXT_WINDOWS: dict[str, int] = {
     # OpenAI

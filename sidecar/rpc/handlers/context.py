@@ -1,4 +1,4 @@
-"""Handlers of context/*: thin wrappers over ``sidecar.context``."""
+"""Handlers of context/*: thin wrappers over ``sidecar.services.context``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from protocol import methods
 from protocol.types import AssembleParams, UsageParams
-from sidecar import context
-from sidecar.server import SidecarServer
+from sidecar.rpc.server import SidecarServer
+from sidecar.services import context
 from sidecar.wire import unstructure
 
 

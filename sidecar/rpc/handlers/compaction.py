@@ -6,9 +6,9 @@ from typing import Any
 
 from protocol import methods
 from protocol.types import CompactParams, ReportUsageParams
-from sidecar import context
-from sidecar.compaction.runner import CompactionRunner
-from sidecar.server import SidecarServer
+from sidecar.rpc.server import SidecarServer
+from sidecar.services import context
+from sidecar.services.compaction.runner import CompactionRunner
 from sidecar.wire import unstructure
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from lsprotocol import types as lsp
@@ -18,17 +18,17 @@ from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
 from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
-from sidecar.core import Sidecar
-from sidecar.early import sidecar_capabilities
-from sidecar.errors import SidecarError
-from sidecar.settings import summarizer_name
+from sidecar.config.settings import summarizer_name
+from sidecar.rpc.framing import Frame, FrameReader, watch_input
+from sidecar.rpc.startup import sidecar_capabilities
+from sidecar.services.compaction.runner import CompactionRunner, PeerRequestFailed
+from sidecar.services.errors import SidecarError
+from sidecar.services.state import Sidecar
 from sidecar.storage.rows import StorageFailure
-from sidecar.transport import Frame, FrameReader, watch_input
 from sidecar.wire import ParamsError, RawJSON, dumps, structure, unstructure, utf8
 
 if TYPE_CHECKING:
-    from sidecar.compaction.runner import CompactionRunner
-    from sidecar.early import EarlyStart
+    from sidecar.rpc.startup import EarlyStart
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,11 @@ class SidecarProtocol(LanguageServerProtocol):
             body = result if isinstance(result, RawJSON) else utf8(dumps(result))
             self.send_bytes(b"".join((b'{"jsonrpc":"2.0","id":', utf8(dumps(msg_id)), b',"result":', body, b"}")))
             return
+        if isinstance(error, SidecarError):
+            self._request_futures.pop(msg_id, None)
+            self._send_response(msg_id, error=lsp.ResponseError(code=error.code, message=error.message,
+                                                                data=error.data))
+            return
         if error is None or isinstance(error, JsonRpcException):
             super()._send_handler_result(future, msg_id=msg_id)
             return
@@ -189,6 +194,39 @@ class SidecarServer(LanguageServer):
         # pygls sends replies from done-callbacks, a loop tick late; queueing notifications the same way keeps a
         # reply computed before a change from arriving after it, and notifications in the order they were made.
         asyncio.get_running_loop().call_soon(self.protocol.notify, method, params)
+
+    async def ask(self, method: str, params: Any, timeout: float) -> Any:
+        """A request to the client; TimeoutError, or PeerRequestFailed when it answers an error."""
+        try:
+            return await asyncio.wait_for(self.protocol.send_request_async(method, params), timeout)
+        except JsonRpcException as error:
+            raise PeerRequestFailed(str(error)) from error
+
+    def begin_progress(self, token: Any, title: str, message: str, on_cancel: Callable[[], None]) -> None:
+        """Start $/progress on the client's token; ``on_cancel`` runs if the client cancels it."""
+        self.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(title=title, message=message, percentage=0,
+                                                                       cancellable=True))
+        future = self.work_done_progress.tokens.get(token)
+        if future is not None:
+            future.add_done_callback(lambda f: on_cancel() if f.cancelled() else None)
+
+    def report_progress(self, token: Any, message: str, percentage: int) -> None:
+        """Report $/progress."""
+        self.work_done_progress.report(token, lsp.WorkDoneProgressReport(message=message, percentage=percentage,
+                                                                         cancellable=True))
+
+    def end_progress(self, token: Any, message: str) -> None:
+        """End $/progress."""
+        self.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=message))
+        future = self.work_done_progress.tokens.pop(token, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task the server keeps until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)
 
     def push_usage(self, usage: types.Usage) -> None:
         """Send context/didChangeUsage, unless the client turned it off."""

@@ -6,13 +6,13 @@ import logging
 import math
 
 from protocol.types import AssembleParams, ReportUsageParams, Usage, UsageParams
-from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_window
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
-from sidecar.errors import invalid_params
-from sidecar.memory import iso
+from sidecar.services.errors import invalid_params
+from sidecar.services.memory import iso
+from sidecar.services.state import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
 from sidecar.wire import RawJSON, dumps, unstructure, utf8
 

@@ -10,10 +10,10 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from protocol import methods
-from sidecar.errors import SidecarError
-from sidecar.paths import workspace_path
-from sidecar.server import SidecarServer
-from sidecar.settings import read_settings, summarizer_name
+from sidecar.config.paths import workspace_path
+from sidecar.config.settings import read_settings, summarizer_name
+from sidecar.rpc.server import SidecarServer
+from sidecar.services.errors import SidecarError
 
 log = logging.getLogger(__name__)
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pygls.exceptions import JsonRpcException
-
 from protocol import errors as codes
 
 
-class SidecarError(JsonRpcException):
+class SidecarError(Exception):
     """A request failed in a way the client should be told about, with a protocol error code."""
 
     def __init__(self, code: int, message: str, data: Any | None = None) -> None:
-        super().__init__(message=message, code=code, data=data)
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
 
 
 def invalid_params(message: str, field: str | None = None) -> SidecarError:

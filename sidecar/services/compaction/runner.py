@@ -8,22 +8,20 @@ import importlib
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
-
-from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcException
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol import errors as codes
 from protocol import methods
 from protocol.types import CompactParams, CompactResult, DidCompactParams, Usage, WillCompactParams
-from sidecar.errors import SidecarError
+from sidecar.services.errors import SidecarError
 from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import Summarizer, SummarizerError
 from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
-    from sidecar.compaction.engine import Outcome
-    from sidecar.server import SidecarServer
+    from sidecar.services.compaction.engine import Outcome
+    from sidecar.services.state import Sidecar
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +29,45 @@ FIRST_BACKOFF = 30.0
 MAX_BACKOFF = 900.0
 
 
+class PeerRequestFailed(Exception):
+    """The client answered a request of the server's with an error."""
+
+
+class CompactionPeer(Protocol):
+    """What the runner needs of the connection it serves; the RPC layer's server provides it."""
+
+    @property
+    def sidecar(self) -> Sidecar: ...
+
+    def notify_in_order(self, method: str, params: Any) -> None:
+        """Send a notification after the replies already queued."""
+
+    def push_usage(self, usage: Usage) -> None:
+        """Send the session's usage, if the client wants it."""
+
+    async def ask(self, method: str, params: Any, timeout: float) -> Any:
+        """A request to the client; TimeoutError, or PeerRequestFailed when it answers an error."""
+
+    def begin_progress(self, token: Any, title: str, message: str, on_cancel: Callable[[], None]) -> None:
+        """Start $/progress on the client's token; ``on_cancel`` runs if the client cancels it."""
+
+    def report_progress(self, token: Any, message: str, percentage: int) -> None:
+        """Report $/progress."""
+
+    def end_progress(self, token: Any, message: str) -> None:
+        """End $/progress."""
+
+    def settle_later(self) -> None:
+        """Checkpoint when requests pause."""
+
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task the server keeps until it ends."""
+
+
 class CompactionRunner:
     """Starts compactions, manual and automatic, and tells the client about them."""
 
-    def __init__(self, server: SidecarServer) -> None:
+    def __init__(self, server: CompactionPeer) -> None:
         self.server = server
         self.sidecar = server.sidecar
         self._summarizer: Summarizer | None = None
@@ -66,7 +99,7 @@ class CompactionRunner:
         if session_id in self.sidecar.compacting:
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
-        from sidecar.compaction.engine import Compaction, Outcome  # loaded with the first compaction
+        from sidecar.services.compaction.engine import Compaction, Outcome  # loaded with the first compaction
 
         self.sidecar.compacting.add(session_id)
         token = params.work_done_token
@@ -132,12 +165,11 @@ class CompactionRunner:
                                                tokens_before=tokens, message_count=count, focus=focus))
         timeout = self.sidecar.settings.compaction.hook_timeout_seconds
         try:
-            answer = await asyncio.wait_for(
-                self.server.protocol.send_request_async(methods.CONTEXT_WILL_COMPACT, params), timeout)
+            answer = await self.server.ask(methods.CONTEXT_WILL_COMPACT, params, timeout)
         except TimeoutError:
             log.info("context/willCompact got no answer in %g s; proceeding", timeout)
             return None, False
-        except JsonRpcException as error:
+        except PeerRequestFailed as error:
             log.warning("context/willCompact failed (%s); proceeding", error)
             return None, False
         if not isinstance(answer, dict):
@@ -147,8 +179,7 @@ class CompactionRunner:
         summary = answer.get("summary")
         return (summary if isinstance(summary, str) and summary.strip() else None), False
 
-    def _progress_reporter(self, token: Any, session_id: str) -> Any:
-        progress = self.server.work_done_progress
+    def _progress_reporter(self, token: Any, session_id: str) -> Callable[[int, int], None]:
         announced = False
 
         def report(done: int, planned: int) -> None:
@@ -160,27 +191,22 @@ class CompactionRunner:
             if token is None:
                 return
             percentage = int(100 * done / planned) if planned else 0
-            progress.report(token, lsp.WorkDoneProgressReport(message=f"{done}/{planned} summaries",
-                                                               percentage=percentage, cancellable=True))
+            self.server.report_progress(token, f"{done}/{planned} summaries", percentage)
 
         return report
 
     def _begin_progress(self, token: Any, mode: str) -> None:
-        progress = self.server.work_done_progress
-        progress.begin(token, lsp.WorkDoneProgressBegin(title="Compacting context", message=f"{mode} compaction",
-                                                        percentage=0, cancellable=True))
         task = asyncio.current_task()
-        future = progress.tokens.get(token)
-        if future is not None and task is not None:
+
+        def cancel() -> None:
             # window/workDoneProgress/cancel cancels this compaction like $/cancelRequest would.
-            future.add_done_callback(lambda f: task.cancel() if f.cancelled() else None)
+            if task is not None:
+                task.cancel()
+
+        self.server.begin_progress(token, "Compacting context", f"{mode} compaction", on_cancel=cancel)
 
     def _end_progress(self, token: Any) -> None:
-        progress = self.server.work_done_progress
-        progress.end(token, lsp.WorkDoneProgressEnd(message="done"))
-        future = progress.tokens.pop(token, None)
-        if future is not None and not future.done():
-            future.set_result(None)
+        self.server.end_progress(token, "done")
 
     def _push_usage(self, session_id: str) -> None:
         session = self.sidecar.store().session(session_id)
@@ -220,9 +246,7 @@ class CompactionRunner:
         if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
-        task = asyncio.get_running_loop().create_task(self._auto(session_id, session.context_count))
-        self.server.background_tasks.add(task)
-        task.add_done_callback(self.server.background_tasks.discard)
+        self.server.run_in_background(self._auto(session_id, session.context_count))
 
     async def _auto(self, session_id: str, context_count: int) -> None:
         mode = self.sidecar.settings.compaction.mode
@@ -234,7 +258,7 @@ class CompactionRunner:
             _, delay = self.sidecar.auto_backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
             delay = min(delay * 2, MAX_BACKOFF)
             self.sidecar.auto_backoff[session_id] = (time.monotonic() + delay, delay)
-            message = error.message if isinstance(error, JsonRpcException) else repr(error)
+            message = error.message if isinstance(error, SidecarError) else repr(error)
             log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s",
                         session_id, delay, message)
             self._push_usage(session_id)

@@ -10,7 +10,7 @@ from typing import Any
 
 from protocol.types import Usage
 from sidecar.client import SidecarClient
-from sidecar.synthetic import coding_session
+from sidecar.tools.synthetic import coding_session
 
 BUDGET = 6000
 
