@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import itertools
-import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, TypeVar
@@ -17,6 +16,7 @@ from typing import IO, Any, TypeVar
 from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
+from sidecar.rpc.framing import Frame, FrameReader, encode
 from sidecar.wire import ParamsError, structure, unstructure
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,8 @@ NOTIFICATION_TYPES: dict[str, type] = {
     methods.CONTEXT_DID_CHANGE_USAGE: t.Usage,
     methods.CONTEXT_DID_COMPACT: t.DidCompactParams,
 }
-_CONTENT_LENGTH = re.compile(rb"(?:^|\n)Content-Length:[ \t]*(\d+)", re.IGNORECASE)
 STREAM_LIMIT = 1 << 20
+READ_SIZE = 1 << 16
 
 
 class SidecarRequestError(Exception):
@@ -58,12 +58,6 @@ class SidecarConnectionLost(SidecarRequestError, ConnectionError):
         super().__init__(codes.INTERNAL_ERROR, message)
 
 
-def frame(message: Any) -> bytes:
-    """One message with its Content-Length header."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-
-
 class SidecarClient:
     """A JSON-RPC connection to one context-sidecar server."""
 
@@ -78,6 +72,8 @@ class SidecarClient:
         self.trace: Callable[[str, Any], None] | None = None
         """Called with ("send" | "recv", message) for every message; for debugging and tests."""
         self._reader = reader
+        self._frames = FrameReader()
+        self._decoded: collections.deque[Frame] = collections.deque()
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -219,7 +215,7 @@ class SidecarClient:
             del message["params"]
         if self.trace is not None:
             self.trace("send", message)
-        self._writer.write(frame(message))
+        self._writer.write(encode(message))
 
     async def _drain(self) -> None:
         try:
@@ -368,25 +364,21 @@ class SidecarClient:
     async def _read_message(self) -> Any:
         """The next decoded message; None at end of stream. Junk and bad bodies are logged and skipped."""
         while True:
-            try:
-                header = await self._reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as error:
-                if error.partial.strip():
-                    log.warning("context-sidecar output ended inside a header")
+            while self._decoded:
+                decoded = self._decoded.popleft()
+                if decoded.error is None:
+                    return decoded.message
+                log.warning("skipped a message from context-sidecar: %s", decoded.error)
+            data = await self._reader.read(READ_SIZE)
+            if not data:
+                if self._frames.buffer.strip():
+                    log.warning("context-sidecar output ended inside a message")
                 return None
-            except asyncio.LimitOverrunError as error:
-                await self._reader.readexactly(error.consumed)
-                log.warning("skipped %d bytes without a message header", error.consumed)
-                continue
-            match = _CONTENT_LENGTH.search(header)
-            if match is None:
-                log.warning("skipped a header without Content-Length: %r", header[:200])
-                continue
-            body = await self._reader.readexactly(int(match.group(1)))
-            try:
-                return json.loads(body)
-            except ValueError as error:
-                log.warning("skipped a body that is not JSON: %s", error)
+            self._frames.feed(data)
+            self._decoded.extend(self._frames.frames())
+            if self._frames.discarded:
+                log.warning("skipped %d bytes without a message header", self._frames.discarded)
+                self._frames.discarded = 0
 
     def _dispatch(self, message: Any) -> None:
         if not isinstance(message, dict):

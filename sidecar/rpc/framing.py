@@ -133,10 +133,14 @@ def _shallow_id(body: bytes) -> Any:
         return None
 
 
-def encode(message: Any) -> bytes:
-    """One framed message."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def frame_body(body: bytes) -> bytes:
+    """A UTF-8 JSON body with its Content-Length header: the one place messages are framed."""
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def encode(message: Any) -> bytes:
+    """One message, as JSON, framed."""
+    return frame_body(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:

@@ -19,7 +19,7 @@ from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
 from sidecar.config.settings import summarizer_name
-from sidecar.rpc.framing import Frame, FrameReader, watch_input
+from sidecar.rpc.framing import Frame, FrameReader, frame_body, watch_input
 from sidecar.rpc.startup import sidecar_capabilities
 from sidecar.services.compaction.runner import CompactionRunner, PeerRequestFailed
 from sidecar.services.errors import SidecarError
@@ -136,7 +136,7 @@ class SidecarProtocol(LanguageServerProtocol):
         """Write one message, already UTF-8 JSON, with its header."""
         assert self.writer is not None, "set_writer comes before any message"
         try:
-            self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            self.writer.write(frame_body(body))
         except Exception:
             log.exception("failed to send a message")
 
