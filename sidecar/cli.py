@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "removed afterwards) with auto-compaction on, and feed it turn by turn as an agent would: "
                     "ingest the user message, context/assemble, ingest the rest of the turn, report the provider "
                     "usage the transcript recorded. Prints a timeline (usage, state changes, compactions) and a "
-                    "summary table.")
+                    "summary table, with the prompt cache figures: the share of each turn's prompt that repeats the "
+                    "previous prompt's leading messages byte for byte (billed as a cache read, the rest as a cache "
+                    "write) and the input cost under --prices.")
     replay.add_argument("file", metavar="FILE", help="transcript file, as for import")
     replay.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file "
                                                         "name); must be new in --db")
