@@ -79,3 +79,41 @@ def test_replay_help_names_the_price_model() -> None:
     text = run("replay", "--help").stdout
     assert "--prices" in text and "--compare-prune-off" in text
     assert "read=0.1,write=1.25,input=1" in text
+
+
+def write_tool_transcript(path: Path, turns: int) -> Path:
+    """Turns of a user message (8 tokens), a read call (4 + 4 + 2 + 4), its 32,000-byte output (8,004), a reply (8)."""
+    messages = []
+    for turn in range(1, turns + 1):
+        call = {"id": f"call_{turn}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        messages += [
+            {"role": "user", "content": f"please do task {turn}"},
+            {"role": "assistant", "content": "reading the file", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{turn}", "content": "x" * 32_000},
+            {"role": "assistant", "content": f"done with task {turn}"},
+        ]
+    path.write_text(json.dumps(messages))
+    return path
+
+
+def test_a_pruning_step_shows_as_a_prefix_miss_and_pruning_off_only_appends(tmp_path: Path) -> None:
+    sample = write_tool_transcript(tmp_path / "tools.json", turns=9)
+    result = run("replay", sample, "--format", "openai", "--report-usage", "never", "--compare-prune-off")
+    assert result.returncode == 0, result.stderr
+    rows = ROW.findall(result.stdout)
+    # Turn N sends the N-1 turns before it (8,034 tokens each) and its user message: 8 + 8,034 (N-1).
+    assert len(rows) == 9
+    assert [int(sent.replace(",", "")) for _, _, sent, _, _ in rows[:8]] == [8 + 8034 * n for n in range(8)]
+    # Up to turn 8 the default pruning (outputs behind the newest 40,000 tokens, at least 20,000 of them) has
+    # nothing to do, so each prompt repeats the whole previous one: 8/8,042, 8,042/16,076, … 48,212/56,246.
+    assert [share for *_, share, _ in rows[:8]] == ["0.0", "0.1", "50.0", "66.7", "75.0", "80.0", "83.3", "85.7"]
+    # At turn 9 the outputs of turns 1-3 are 5 turns old: pruned, they rewrite the prompt from its third message.
+    # Appending alone would have repeated 56,246 of 64,280 tokens (87.5%).
+    assert float(rows[8][3]) < 87.5
+    summary = table(result.stdout)
+    # Pruning off only appends: 8 x 8 + 8,034 x (0 + 1 + ... + 7) = 225,016 of 9 x 8 + 8,034 x 36 = 289,296
+    # tokens repeat (77.8%); cost 225,016 x 0.1 + 64,280 x 1.25 = 102,851.6.
+    assert summary["pruning off"] == "prefix hits 77.8%, input cost 102,852"
+    on_cost = int(summary["input cost"].split()[0].replace(",", ""))
+    ratio = summary["cost ratio"].split("x")[0]
+    assert float(ratio) == pytest.approx(on_cost / 102_851.6, abs=0.006)
