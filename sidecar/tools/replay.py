@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
 import sys
 import tempfile
 import time
@@ -113,9 +114,9 @@ def run_replay(path: str, db: str | None, session: str | None, fmt: str, context
         if compare_prune_off:
             say()
             say("replaying again with pruning off (prune.enabled false, a fresh temporary DB) to compare …")
-            with _storage(None) as (off_db, _):
+            with _storage(None) as (off_db, _), contextlib.redirect_stdout(io.StringIO()):
                 off = _Replay(transcript, parsed, session, context_window, mode, True, report_usage, prices,
-                              prune=False, silent=True)
+                              prune=False)
                 code = asyncio.run(off.run(off_db, True))
             if code:
                 return code
@@ -141,8 +142,10 @@ async def replay_cache(parsed: ParsedTranscript, name: str, db: str, prune: bool
                        prices: Prices | None = None, context_window: int | None = None) -> PromptCache:
     """Replay a parsed transcript silently on a new DB file with default settings; its prompts' cache figures."""
     replay = _Replay(Path(name), parsed, None, context_window, "incremental", True, "auto", prices or Prices(),
-                     prune=prune, silent=True)
-    if await replay.run(db, True):
+                     prune=prune)
+    with contextlib.redirect_stdout(io.StringIO()):  # the timeline is not wanted here
+        code = await replay.run(db, True)
+    if code:
         raise SidecarRequestError(codes.INTERNAL_ERROR, f"replay of {name} into {db} failed")
     return replay.cache
 
@@ -163,8 +166,7 @@ class _Replay:
     """One replay run against one sidecar."""
 
     def __init__(self, path: Path, parsed: ParsedTranscript, session: str | None, context_window: int | None,
-                 mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True,
-                 silent: bool = False) -> None:
+                 mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True) -> None:
         self.path = path
         self.parsed = parsed
         self.session_id = session or parsed.suggested_session_id or path.stem
@@ -178,13 +180,7 @@ class _Replay:
         self.notes: list[str] = []
         self.cache = PromptCache(prices)
         self.prune = prune
-        self.silent = silent
         self.finished: tuple[Usage, float] | None = None
-
-    def say(self, text: str = "") -> None:
-        """Print a line unless this run is silent."""
-        if not self.silent:
-            say(text)
 
     async def run(self, db: str, fresh: bool) -> int:
         """Spawn the sidecar on ``db`` and replay every turn; returns the exit code. ``table`` prints the summary."""
@@ -214,13 +210,13 @@ class _Replay:
         with_usage = sum(1 for turn in self.turns if provider_usage(turn.rest))
         pid = client.process.pid if client.process else "?"
         where = "a fresh temporary DB, removed at exit" if fresh else "kept"
-        self.say(f"context-sidecar replay: {self.path.name}, a {self.parsed.format} transcript of "
+        say(f"context-sidecar replay: {self.path.name}, a {self.parsed.format} transcript of "
             f"{len(self.parsed.messages)} messages in {len(self.turns)} turns ({with_usage} with provider usage)")
-        self.say(f"  sidecar pid {pid} over stdio, summarizer {client.capabilities.get('summarizer')}; "
+        say(f"  sidecar pid {pid} over stdio, summarizer {client.capabilities.get('summarizer')}; "
             f"{REPORT_POLICIES[self.report_usage]}")
-        self.say(f"  storage {db} ({where})")
+        say(f"  storage {db} ({where})")
         if self.parsed.skipped:
-            self.say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
+            say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
         """Ingest the user message, assemble as the agent would, ingest the reply, report usage, settle."""
@@ -293,10 +289,10 @@ class _Replay:
         """The session line and the timeline's column heads, once the session exists."""
         usage = await client.usage(self.session_id)
         window_from = "--context-window" if self.context_window else (self.parsed.session.get("model") or "default")
-        self.say(f"  session {self.session_id}: window {usage.context_window:,} ({window_from}), "
+        say(f"  session {self.session_id}: window {usage.context_window:,} ({window_from}), "
             f"auto-compaction {self.mode} from {usage.threshold:,} tokens")
-        self.say()
-        self.say(" turn  +msgs   sent tokens  prefix   input cost   context after turn")
+        say()
+        say(" turn  +msgs   sent tokens  prefix   input cost   context after turn")
 
     def _compacted(self, params: DidCompactParams) -> None:
         self.pending.append(params)
@@ -310,15 +306,15 @@ class _Replay:
         note = f"   {previous.state} → {usage.state}" if changed and previous else ""
         if not self.quiet or changed or self.pending or self.notes or previous is None:
             provider = " provider" if usage.source == "provider" else ""
-            self.say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}  {cost.share * 100:>5.1f}%  "
-                     f"{cost.cost:>11,.0f}   {usage.tokens:>8,} "
+            say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}  {cost.share * 100:>5.1f}%  "
+                f"{cost.cost:>11,.0f}   {usage.tokens:>8,} "
                 f"{usage.percent:>5.1f}%  {usage.state}{provider}{note}")
         for event in self.pending:
             summaries = plural(len(event.summary_ids), "new summary", "new summaries")
-            self.say(f"       ⤷ {event.trigger} {event.mode} compaction: {event.tokens_before:,} → "
+            say(f"       ⤷ {event.trigger} {event.mode} compaction: {event.tokens_before:,} → "
                 f"{event.tokens_after:,} tokens, {summaries} in context")
         for note in self.notes:
-            self.say(f"       · {note}")
+            say(f"       · {note}")
         self.pending.clear()
         self.notes.clear()
 
@@ -352,8 +348,8 @@ class _Replay:
                      f"usage and compaction waits {stats.wait_s:.1f} s)"),
             *extra,
         ]
-        self.say()
-        self.say("replay summary")
+        say()
+        say("replay summary")
         width = max(len(name) for name, _ in rows)
         for name, value in rows:
-            self.say(f"  {name:<{width}}  {value}")
+            say(f"  {name:<{width}}  {value}")
