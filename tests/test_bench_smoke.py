@@ -57,7 +57,6 @@ def test_tiny_benchmark_reports_every_figure(tmp_path: Path) -> None:
         assert info[f"cache_{session}_on_prompts"] == info[f"cache_{session}_off_prompts"] > 1
         cost_ratio = figures[f"cache_{session}_cost"] / figures[f"cache_{session}_off_cost"]
         assert figures[f"cache_{session}_cost_ratio"] == pytest.approx(cost_ratio, abs=0.002)
-    assert info["cache_generated_on_prompt_tokens"] < info["cache_generated_off_prompt_tokens"], "outputs pruned"
     # Rule retention: a share in [0, 1], or for pinned notes n/a with its reason until the server keeps `pinned`.
     for key in RETENTION:
         value = figures.get(key, "absent")
