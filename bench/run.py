@@ -24,7 +24,9 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
 
 from bench.core import SETTINGS, SIZES, TARGETS, Bench, merge, progress
 from bench.sections.compaction import compaction
+from bench.sections.prompt_cache import prompt_cache
 from bench.sections.pruning import pruning
+from bench.sections.retention import rule_retention
 from bench.sections.storage import (
     assemble,
     batch_ingest,
@@ -39,8 +41,10 @@ from bench.traffic import conversation
 
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
     startup, serve, single_ingest, batch_ingest, large_load, assemble, grep, pruning, memory, compaction,
+    prompt_cache, rule_retention,
 ]
-"""In order; compaction runs its own servers, so the main server's peak memory is read before it."""
+"""In order; compaction and the sections after it run their own servers, so the main server's peak memory
+is read before them."""
 
 
 def revision() -> str:
@@ -59,8 +63,12 @@ def table(bench: Bench) -> str:
     for figure in bench.figures.values():
         op, limit = TARGETS.get(figure.key, ("", None))
         target = f"{'≤' if op == '<=' else '≥'} {limit:,g} {figure.unit}".rstrip() if limit is not None else ""
-        value = f"{figure.value:,.0f}" if figure.unit in ("", "tok") else f"{figure.value:,.2f}"
-        rows.append((figure.label, f"{value} {figure.unit}".rstrip(), target, figure.verdict))
+        if figure.value is None:
+            value = f"n/a ({figure.note})"
+        else:
+            number = f"{figure.value:,.0f}" if figure.unit in ("", "tok") else f"{figure.value:,.2f}"
+            value = f"{number} {figure.unit}".rstrip()
+        rows.append((figure.label, value, target, figure.verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
                      for row in rows)
@@ -76,8 +84,10 @@ def report(bench: Bench, mode: str, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 1),
         "settings": SETTINGS,
         "figures": {key: figure.value for key, figure in bench.figures.items()},
+        "missing": {key: figure.note for key, figure in bench.figures.items() if figure.value is None},
         "targets": {key: {"op": op, "limit": limit, "pass": bench.figures[key].verdict == "PASS"}
-                    for key, (op, limit) in TARGETS.items() if key in bench.figures},
+                    for key, (op, limit) in TARGETS.items()
+                    if key in bench.figures and bench.figures[key].value is not None},
         "info": bench.info,
     }
 

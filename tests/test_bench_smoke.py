@@ -24,13 +24,16 @@ FIGURES = [
     *(f"compact_{variant}_{what}" for variant in ("llm1", "llm4", "det")
       for what in ("wall_s", "calls", "rounds", "tokens_after", "db_ms")),
 ]
+CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
+         for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]
+RETENTION = [f"retention_{variant}_{what}" for variant in ("det", "llm") for what in ("rules", "notes")]
 
 
 @pytest.mark.skipif(not PI_SESSION.exists(), reason="shared/data is not beside the project")
 def test_tiny_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(BENCH), "--tiny", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     figures = result["figures"]
@@ -45,3 +48,23 @@ def test_tiny_benchmark_reports_every_figure(tmp_path: Path) -> None:
     assert info["compact_llm1_http_requests"] == figures["compact_llm1_calls"]  # the log line counts the calls
     assert figures["compact_llm1_tokens_after"] < figures["compact_tokens_before"]
     assert "PASS" in done.stdout or "MISS" in done.stdout
+
+    # Prompt cache: every replay repeats some prefix after its first prompt, and both runs step the same turns.
+    for key in CACHE:
+        assert isinstance(figures.get(key), (int, float)) and figures[key] > 0, key
+        assert not key.endswith("hit_rate") or figures[key] <= 1, key
+    for session in ("pi", "generated"):
+        assert info[f"cache_{session}_on_prompts"] == info[f"cache_{session}_off_prompts"] > 1
+        cost_ratio = figures[f"cache_{session}_cost"] / figures[f"cache_{session}_off_cost"]
+        assert figures[f"cache_{session}_cost_ratio"] == pytest.approx(cost_ratio, abs=0.002)
+    # Rule retention: a share in [0, 1], or for pinned notes n/a with its reason until the server keeps `pinned`.
+    for key in RETENTION:
+        value = figures.get(key, "absent")
+        if value is None:
+            assert key.endswith("_notes") and result["missing"][key].startswith("pinned unsupported"), key
+            assert f"n/a ({result['missing'][key]})" in done.stdout
+        else:
+            assert isinstance(value, (int, float)) and 0 <= value <= 1, key
+    assert info["retention_det_planted"]["rules"] > 0 and info["retention_llm_planted"]["notes"] > 0
+    assert info["retention_det_compaction"]["compacted"] and info["retention_llm_compaction"]["compacted"]
+    assert info["retention_llm_http_requests"] > 0  # the LLM variant summarized through the test server

@@ -17,7 +17,8 @@ from tests.helpers.transcripts import write_claude_sample, write_pi_sample
 CLI = [sys.executable, "-m", "sidecar"]
 needs_pi = pytest.mark.skipif(not PI_SESSION.exists(), reason="shared/data is not beside the project")
 COMPACTION = re.compile(r"⤷ auto (\w+) compaction: ([\d,]+) → ([\d,]+) tokens")
-TURN = re.compile(r"^ +(\d+) +\+(\d+) +([\d,]+) +([\d,]+) +([\d.]+)% +(\w+)", re.MULTILINE)
+TURN = re.compile(r"^ +(\d+) +\+(\d+) +([\d,]+) +(?:[\d.]+% +[\d,]+ +)([\d,]+) +([\d.]+)% +(\w+)", re.MULTILINE)
+"""turn, +messages, sent tokens, (prefix share, input cost,) context tokens, percent, state."""
 
 
 def run(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from protocol import methods
 from sidecar import __version__
+
+if TYPE_CHECKING:
+    from sidecar.tools.prompt_cache import Prices
 
 DESCRIPTION = """\
 Context management for LLM coding tools, spoken to over JSON-RPC on stdio (LSP framing).
@@ -72,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "removed afterwards) with auto-compaction on, and feed it turn by turn as an agent would: "
                     "ingest the user message, context/assemble, ingest the rest of the turn, report the provider "
                     "usage the transcript recorded. Prints a timeline (usage, state changes, compactions) and a "
-                    "summary table.")
+                    "summary table, with the prompt cache figures: the share of each turn's prompt that repeats the "
+                    "previous prompt's leading messages byte for byte (billed as a cache read, the rest as a cache "
+                    "write) and the input cost under --prices.")
     replay.add_argument("file", metavar="FILE", help="transcript file, as for import")
     replay.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file "
                                                         "name); must be new in --db")
@@ -86,7 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
                              "sends the transcript's own context, i.e. until it prunes or compacts; always; never")
     replay.add_argument("-q", "--quiet", action="store_true",
                         help="timeline lines only for state changes and compactions")
+    replay.add_argument("--prices", type=price_table, default=None, metavar="read=R,write=W,input=I",
+                        help="price per prompt token for the input-cost figures, relative to an uncached token: "
+                             "cache read, cache write, and plain input (default read=0.1,write=1.25,input=1, "
+                             "Anthropic's 5-minute cache); any subset, each a number >= 0")
+    replay.add_argument("--compare-prune-off", action="store_true",
+                        help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
+                             "its prefix hits, input cost, and the cost ratio of pruning on / off")
     return parser
+
+
+def price_table(text: str) -> Prices:
+    """``--prices``: a price table, or argparse's error (exit 2) saying what is wrong."""
+    from sidecar.tools.prompt_cache import parse_prices  # not imported when serving: start-up time
+
+    try:
+        return parse_prices(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def configure_logging(verbosity: int, log_file: str | None) -> None:
@@ -116,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_replay(args.file, db=args.db, session=args.session, fmt=args.format,
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
-                          report_usage=args.report_usage)
+                          report_usage=args.report_usage, prices=args.prices,
+                          compare_prune_off=args.compare_prune_off)
     return serve(args.db, args.client_process_id)
 
 

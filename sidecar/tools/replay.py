@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
 import sys
 import tempfile
 import time
@@ -17,6 +18,7 @@ from protocol.types import AssembleResult, DidCompactParams, Message, SessionInf
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, ParsedTranscript, parse_transcript
 from sidecar.tools import SERVER_COMMAND, plural, say, usage_text
+from sidecar.tools.prompt_cache import Prices, PromptCache, PromptCost
 
 REPORT_POLICIES = {
     "auto": "the transcript's provider usage is reported until the sidecar prunes or compacts",
@@ -89,8 +91,9 @@ def _reshaped(assembled: AssembleResult) -> bool:
 
 
 def run_replay(path: str, db: str | None, session: str | None, fmt: str, context_window: int | None,
-               mode: str, quiet: bool, report_usage: str = "auto") -> int:
-    """Run the replay; returns the exit code."""
+               mode: str, quiet: bool, report_usage: str = "auto", prices: Prices | None = None,
+               compare_prune_off: bool = False) -> int:
+    """Run the replay (and, if asked, again with pruning off on a fresh temporary DB); returns the exit code."""
     transcript = Path(path).expanduser()
     try:
         parsed = parse_transcript(transcript, fmt)
@@ -100,10 +103,26 @@ def run_replay(path: str, db: str | None, session: str | None, fmt: str, context
     if not parsed.messages:
         print(f"context-sidecar replay: error: no messages in {transcript}", file=sys.stderr)
         return 1
+    prices = prices or Prices()
     try:
         with _storage(db) as (db_path, fresh):
-            replay = _Replay(transcript, parsed, session, context_window, mode, quiet, report_usage)
-            return asyncio.run(replay.run(db_path, fresh))
+            replay = _Replay(transcript, parsed, session, context_window, mode, quiet, report_usage, prices)
+            code = asyncio.run(replay.run(db_path, fresh))
+        if code:
+            return code
+        extra: list[tuple[str, str]] = []
+        if compare_prune_off:
+            say()
+            say("replaying again with pruning off (prune.enabled false, a fresh temporary DB) to compare …")
+            with _storage(None) as (off_db, _), contextlib.redirect_stdout(io.StringIO()):
+                off = _Replay(transcript, parsed, session, context_window, mode, True, report_usage, prices,
+                              prune=False)
+                code = asyncio.run(off.run(off_db, True))
+            if code:
+                return code
+            extra = _comparison(replay.cache, off.cache)
+        replay.table(extra)
+        return 0
     except SidecarRequestError as error:
         print(f"context-sidecar replay: error: {error}", file=sys.stderr)
         return 1
@@ -119,11 +138,35 @@ def _storage(db: str | None) -> Iterator[tuple[str, bool]]:
         yield str(Path(directory) / "replay.duckdb"), True
 
 
+async def replay_cache(parsed: ParsedTranscript, name: str, db: str, prune: bool = True,
+                       prices: Prices | None = None, context_window: int | None = None) -> PromptCache:
+    """Replay a parsed transcript silently on a new DB file with default settings; its prompts' cache figures."""
+    replay = _Replay(Path(name), parsed, None, context_window, "incremental", True, "auto", prices or Prices(),
+                     prune=prune)
+    with contextlib.redirect_stdout(io.StringIO()):  # the timeline is not wanted here
+        code = await replay.run(db, True)
+    if code:
+        raise SidecarRequestError(codes.INTERNAL_ERROR, f"replay of {name} into {db} failed")
+    return replay.cache
+
+
+def _comparison(on: PromptCache, off: PromptCache) -> list[tuple[str, str]]:
+    """Summary rows comparing the replay with its pruning-off twin."""
+    ratio = f"{on.cost / off.cost:.2f}x" if off.cost else "n/a (no prompt tokens)"
+    return [("pruning off", f"prefix hits {hit_percent(off)}, input cost {off.cost:,.0f}"),
+            ("cost ratio", f"{ratio} (input cost with pruning on / off)")]
+
+
+def hit_percent(cache: PromptCache) -> str:
+    """The hit rate as a percentage."""
+    return f"{cache.hit_rate * 100:.1f}%"
+
+
 class _Replay:
     """One replay run against one sidecar."""
 
     def __init__(self, path: Path, parsed: ParsedTranscript, session: str | None, context_window: int | None,
-                 mode: str, quiet: bool, report_usage: str) -> None:
+                 mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True) -> None:
         self.path = path
         self.parsed = parsed
         self.session_id = session or parsed.suggested_session_id or path.stem
@@ -135,11 +178,16 @@ class _Replay:
         self.stats = Stats()
         self.pending: list[DidCompactParams] = []
         self.notes: list[str] = []
+        self.cache = PromptCache(prices)
+        self.prune = prune
+        self.finished: tuple[Usage, float] | None = None
 
     async def run(self, db: str, fresh: bool) -> int:
-        """Spawn the sidecar on ``db``, replay every turn, print the summary; returns the exit code."""
+        """Spawn the sidecar on ``db`` and replay every turn; returns the exit code. ``table`` prints the summary."""
         started = time.monotonic()
         settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}}
+        if not self.prune:
+            settings["prune"] = {"enabled": False}
         async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=settings) as client:
             client.on_compact(self._compacted)
             client.on_usage(self._counted)
@@ -155,7 +203,7 @@ class _Replay:
             for turn in self.turns:
                 usage = await self._turn(client, turn, usage)
             assert usage is not None
-            self._table(usage, time.monotonic() - started)
+            self.finished = (usage, time.monotonic() - started)
         return 0
 
     def _header(self, client: SidecarClient, db: str, fresh: bool) -> None:
@@ -176,11 +224,12 @@ class _Replay:
         if previous is None:
             await self._columns(client)
         assembled = await self._assemble(client)
+        cost = self.cache.send(assembled.messages, [item.tokens for item in assembled.items])
         if turn.rest:
             await self._ingest(client, turn.rest, first=False)
         await self._report(client, turn)
         usage = await self._settle(client)
-        self._line(turn, assembled.tokens, usage, previous)
+        self._line(turn, assembled.tokens, cost, usage, previous)
         return usage
 
     async def _assemble(self, client: SidecarClient) -> AssembleResult:
@@ -243,7 +292,7 @@ class _Replay:
         say(f"  session {self.session_id}: window {usage.context_window:,} ({window_from}), "
             f"auto-compaction {self.mode} from {usage.threshold:,} tokens")
         say()
-        say(" turn  +msgs   sent tokens   context after turn")
+        say(" turn  +msgs   sent tokens  prefix   input cost   context after turn")
 
     def _compacted(self, params: DidCompactParams) -> None:
         self.pending.append(params)
@@ -252,12 +301,13 @@ class _Replay:
     def _counted(self, usage: Usage) -> None:
         self.stats.notifications += 1
 
-    def _line(self, turn: Turn, sent: int, usage: Usage, previous: Usage | None) -> None:
+    def _line(self, turn: Turn, sent: int, cost: PromptCost, usage: Usage, previous: Usage | None) -> None:
         changed = previous is not None and previous.state != usage.state
         note = f"   {previous.state} → {usage.state}" if changed and previous else ""
         if not self.quiet or changed or self.pending or self.notes or previous is None:
             provider = " provider" if usage.source == "provider" else ""
-            say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}   {usage.tokens:>8,} "
+            say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}  {cost.share * 100:>5.1f}%  "
+                f"{cost.cost:>11,.0f}   {usage.tokens:>8,} "
                 f"{usage.percent:>5.1f}%  {usage.state}{provider}{note}")
         for event in self.pending:
             summaries = plural(len(event.summary_ids), "new summary", "new summaries")
@@ -268,8 +318,14 @@ class _Replay:
         self.pending.clear()
         self.notes.clear()
 
-    def _table(self, usage: Usage, seconds: float) -> None:
+    def table(self, extra: list[tuple[str, str]]) -> None:
+        """The summary table, with ``extra`` rows at its end."""
+        assert self.finished is not None, "run() first"
+        usage, seconds = self.finished
         stats = self.stats
+        cache = self.cache
+        uncached = f", {cache.cost / cache.uncached_cost:.2f}x the {cache.uncached_cost:,.0f} uncached" \
+            if cache.uncached_cost else ""
         before = sum(c.tokens_before for c in stats.compactions)
         after = sum(c.tokens_after for c in stats.compactions)
         triggers = ", ".join(sorted({c.trigger for c in stats.compactions})) or "none"
@@ -283,9 +339,14 @@ class _Replay:
             ("summaries", f"{usage.summaries}"),
             ("final context", usage_text(usage)),
             ("last assemble", f"{sent_messages} messages, {sent_tokens:,} tokens"),
+            ("prefix hits", f"{hit_percent(cache)} of {cache.tokens:,} prompt tokens repeat the previous prompt's "
+                            f"prefix; {cache.short} of {max(cache.prompts - 1, 0)} prompts repeat under half of the "
+                            "one before"),
+            ("input cost", f"{cache.cost:,.0f} at {cache.prices.text()} per token{uncached}"),
             ("usage pushes", f"{stats.notifications} context/didChangeUsage"),
             ("time", f"{seconds:.1f} s (ingest {stats.ingest_s:.1f} s, assemble {stats.assemble_s:.1f} s, "
                      f"usage and compaction waits {stats.wait_s:.1f} s)"),
+            *extra,
         ]
         say()
         say("replay summary")

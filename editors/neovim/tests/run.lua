@@ -480,6 +480,34 @@ local function main()
     end
   end)
 
+  t.test(':ContextUsage shows the prompt cache hit rate when the server sends it', function()
+    t.eq(status.cache_text({ cacheHitRate = 0.625, cacheHitRateSmoothed = 0.5809 }),
+      'prompt cache hit rate 63% last call, 58% smoothed')
+    t.eq(status.cache_text({ cacheHitRate = vim.NIL, cacheHitRateSmoothed = 0 }), 'prompt cache hit rate 0% smoothed')
+    t.eq(status.cache_text({ cacheHitRate = vim.NIL, cacheHitRateSmoothed = vim.NIL }), nil)
+    t.eq(status.cache_text({}), nil)
+
+    ingest('cache', { big_message('c0', 100) })
+    sidecar.set_session('cache')
+    -- 800 of 1,000 input tokens read from the cache: a hit rate of 80%.
+    require('context_sidecar').client().notify('context/reportUsage', {
+      sessionId = 'cache', inputTokens = 100, outputTokens = 20, cacheReadTokens = 800, cacheWriteTokens = 100,
+    })
+    local usage = request('context/usage', { sessionId = 'cache' })
+    local before = #notifications
+    vim.cmd('ContextUsage')
+    t.wait_for('the usage message', function()
+      return #notifications > before
+    end)
+    local shown = notifications[#notifications].message
+    t.match(shown, 'session cache', shown)
+    if type(usage.cacheHitRate) == 'number' then
+      t.match(shown, ' · prompt cache hit rate 80%% last call', shown)
+    else
+      t.ok(not shown:find('prompt cache', 1, true), 'a server without the figures gets no cache part: ' .. shown)
+    end
+  end)
+
   t.test('a crashed server is restarted, up to the limit', function()
     require('context_sidecar.config').options.restart = { limit = 1, window_ms = 60000 }
     local first = sidecar.client()

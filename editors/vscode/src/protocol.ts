@@ -56,6 +56,10 @@ export interface Usage {
   source: 'estimate' | 'provider';
   messages: number;
   summaries: number;
+  /** Extension: cacheRead / (input + cacheRead + cacheWrite) of the last `context/reportUsage`. */
+  cacheHitRate?: number | null;
+  /** Extension: the same, smoothed over the session's recent reports. */
+  cacheHitRateSmoothed?: number | null;
 }
 
 export interface MessageContentPart {

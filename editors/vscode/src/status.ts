@@ -87,10 +87,26 @@ export function statusTooltip(usage: Usage | undefined, sessionId: string | unde
     `Compaction threshold: ${formatTokens(usage.threshold)} tokens`,
     `${usage.messages} messages, ${usage.summaries} summaries`,
   ];
+  const cache = cacheText(usage);
+  if (cache) {
+    lines.push(cache);
+  }
   if (usage.hint) {
     lines.push(usage.hint);
   }
   return lines.join('\n');
+}
+
+/** `Prompt cache hit rate: 80% last call, 64% smoothed`; undefined when the server sent neither figure. */
+export function cacheText(usage: Usage): string | undefined {
+  const parts: string[] = [];
+  if (typeof usage.cacheHitRate === 'number') {
+    parts.push(`${Math.round(usage.cacheHitRate * 100)}% last call`);
+  }
+  if (typeof usage.cacheHitRateSmoothed === 'number') {
+    parts.push(`${Math.round(usage.cacheHitRateSmoothed * 100)}% smoothed`);
+  }
+  return parts.length ? `Prompt cache hit rate: ${parts.join(', ')}` : undefined;
 }
 
 export function formatStatus(usage: Usage | undefined, sessionId?: string): StatusView {

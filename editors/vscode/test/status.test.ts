@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Methods, Usage } from '../src/protocol';
 import { SessionSelection } from '../src/sessions';
-import { formatStatus, shortHint, statusText } from '../src/status';
+import { cacheText, formatStatus, shortHint, statusText, statusTooltip } from '../src/status';
 import { bigUserMessage, Sidecar, startSidecar } from './helpers';
 
 function usage(state: Usage['state'], percent: number, hint?: string): Usage {
@@ -43,6 +43,18 @@ describe('status formatting', () => {
     assert.equal(overflow.look, 'error');
   });
 
+  it('shows the prompt cache hit rate in the usage detail when the server sends it', () => {
+    const both = { ...usage('ok', 12), cacheHitRate: 0.625, cacheHitRateSmoothed: 0.5809 };
+    assert.equal(cacheText(both), 'Prompt cache hit rate: 63% last call, 58% smoothed');
+    assert.deepEqual(statusTooltip(both, 's').split('\n').slice(-1), ['Prompt cache hit rate: 63% last call, 58% smoothed']);
+    const smoothedOnly = { ...usage('ok', 12), cacheHitRate: null, cacheHitRateSmoothed: 0 };
+    assert.equal(cacheText(smoothedOnly), 'Prompt cache hit rate: 0% smoothed');
+    const none = { ...usage('suggest', 72, 'Context 72% full: type /compact'), cacheHitRate: null, cacheHitRateSmoothed: null };
+    assert.equal(cacheText(none), undefined);
+    assert.doesNotMatch(statusTooltip(none, 's'), /Prompt cache/);
+    assert.doesNotMatch(statusTooltip(usage('ok', 12), 's'), /Prompt cache/);
+  });
+
   it('says when there is no session yet', () => {
     assert.equal(formatStatus(undefined).plain, 'ctx –');
     assert.match(formatStatus(undefined, 'agent-1').tooltip, /no usage yet for session agent-1/);
@@ -81,5 +93,21 @@ describe('status from the real sidecar', () => {
       assert.match(texts[texts.length - 1], text);
     }
     assert.equal(formatStatus(selection.usage).look, 'error');
+  });
+
+  it('shows the cache hit rate of a reported call once the server computes it', async () => {
+    await sidecar.requests.ingest('cache', [bigUserMessage('c0', 500)]);
+    // 800 of 1,000 input tokens read from the cache: a hit rate of 80%.
+    await sidecar.connection.sendNotification(Methods.CONTEXT_REPORT_USAGE, {
+      sessionId: 'cache', inputTokens: 100, outputTokens: 20, cacheReadTokens: 800, cacheWriteTokens: 100,
+    });
+    const reported = await sidecar.requests.usage('cache');
+    const tooltip = statusTooltip(reported, 'cache');
+    if (typeof reported.cacheHitRate === 'number') {
+      assert.equal(reported.cacheHitRate, 0.8);
+      assert.match(tooltip, /^Prompt cache hit rate: 80% last call/m);
+    } else {
+      assert.doesNotMatch(tooltip, /Prompt cache/, 'a server without the figures gets no cache line');
+    }
   });
 });

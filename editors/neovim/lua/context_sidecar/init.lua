@@ -201,9 +201,10 @@ function M.show_usage()
       return
     end
     status.update_from_reply(usage, version)
-    notify(string.format('%s · session %s · %d of %d tokens (%s) · threshold %d · %d messages, %d summaries',
+    local cache = status.cache_text(usage)
+    notify(string.format('%s · session %s · %d of %d tokens (%s) · threshold %d · %d messages, %d summaries%s',
       status.format(usage), session, usage.tokens, usage.contextWindow, usage.source, usage.threshold,
-      usage.messages, usage.summaries))
+      usage.messages, usage.summaries, cache and (' · ' .. cache) or ''))
   end)
 end
 

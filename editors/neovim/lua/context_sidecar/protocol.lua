@@ -56,6 +56,8 @@ M.errors = {
 ---@field source 'estimate'|'provider'
 ---@field messages integer
 ---@field summaries integer
+---@field cacheHitRate number|nil extension: cacheRead / (input + cacheRead + cacheWrite) of the last report
+---@field cacheHitRateSmoothed number|nil extension: the same, smoothed
 
 ---@class ContextSidecarSessionInfo
 ---@field sessionId string

@@ -146,6 +146,21 @@ function M.format(usage)
   return hint and string.format('%s %s: %s', text, usage.state, hint) or (text .. ' ' .. usage.state)
 end
 
+---`prompt cache hit rate 80% last call, 64% smoothed`; nil when the server sent neither figure.
+---@param usage ContextSidecarUsage
+---@return string|nil
+function M.cache_text(usage)
+  local parts = {}
+  -- JSON null arrives as vim.NIL, hence the type checks.
+  if type(usage.cacheHitRate) == 'number' then
+    table.insert(parts, string.format('%d%% last call', math.floor(usage.cacheHitRate * 100 + 0.5)))
+  end
+  if type(usage.cacheHitRateSmoothed) == 'number' then
+    table.insert(parts, string.format('%d%% smoothed', math.floor(usage.cacheHitRateSmoothed * 100 + 0.5)))
+  end
+  return #parts > 0 and ('prompt cache hit rate ' .. table.concat(parts, ', ')) or nil
+end
+
 ---Statusline component; empty while the sidecar is not running.
 ---@return string
 function M.statusline()
