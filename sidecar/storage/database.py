@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import duckdb
 
+from sidecar.storage.anchors import AnchorQueries
 from sidecar.storage.connection import (
     CHECKPOINT_WAL_BYTES,
     MEMORY,
@@ -43,7 +44,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, LineageQueries):
+class Storage(IngestWrites, LineageQueries, AnchorQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
@@ -64,6 +65,7 @@ class Storage(IngestWrites, LineageQueries):
         """DuckDB refuses the database after a failure (a checkpoint out of memory, a full disk) until reopen()."""
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
+        self._anchors = {}
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
@@ -248,6 +250,7 @@ class Storage(IngestWrites, LineageQueries):
             return False
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._sessions.pop(session_id, None)
+        self._anchors.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
         return True
@@ -367,7 +370,8 @@ class Storage(IngestWrites, LineageQueries):
     def message(self, session_id: str, message_id: str) -> StoredMessage | None:
         """A stored message by id."""
         rows = self._db.execute(
-            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages WHERE session_id = ? AND id = ?",
+            "SELECT id, seq, role, raw, tokens, created_at, message_at, pinned FROM messages "
+            "WHERE session_id = ? AND id = ?",
             [session_id, message_id],
         ).fetchall()
         return StoredMessage(*rows[0]) if rows else None
@@ -377,7 +381,7 @@ class Storage(IngestWrites, LineageQueries):
         if not ids:
             return {}
         rows = self._db.execute(
-            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
+            "SELECT id, seq, role, raw, tokens, created_at, message_at, pinned FROM messages "
             "WHERE session_id = ? AND id IN (SELECT unnest(?))",
             [session_id, list(ids)],
         ).fetchall()
