@@ -26,7 +26,7 @@ from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
 from sidecar.storage.lineage import Replaced
-from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
+from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation
@@ -147,6 +147,8 @@ class Compaction:
         if self._virtual_tokens() >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
+        # No await from here to the write: a pin can no longer slip in between.
+        self._keep_newly_anchored()
         self._apply()
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
@@ -419,6 +421,36 @@ class Compaction:
         self.sources.append((summary_id, [(node.kind, node.ref_id) for node in members]))
         return Node(position=members[0].position, kind="summary", ref_id=summary_id, role="user", tokens=tokens,
                     depth=depth, summary_kind=kind)
+
+    def _keep_newly_anchored(self) -> None:
+        """Messages pinned while the summaries were computed stay items in their place.
+
+        A summary keeps its text (which may mention them) and lineage; it moves to the first position it
+        replaces that is not pinned. One that would replace pinned messages only fails the compaction.
+        """
+        store = self.sidecar.store()
+        session = self._db(lambda: self.sidecar.session(self.session_id))
+        anchored = self._db(lambda: store.anchors(session)).positions
+        top = {node.position for node in self.nodes}
+        fresh = {node.position: node for node in self.loaded
+                 if node.position in anchored and not node.anchored and node.position not in top}
+        if not fresh:
+            return
+        new_ids = {summary.id for summary in self.new_summaries}
+        nodes = list(self.nodes)
+        loaded = [node.position for node in self.loaded]
+        for index, node in enumerate(self.nodes):
+            if node.ref_id not in new_ids:
+                continue
+            end = self.nodes[index + 1].position if index + 1 < len(self.nodes) else loaded[-1] + 1
+            covered = [p for p in loaded if node.position <= p < end]
+            rest = [p for p in covered if p not in fresh]
+            if not rest:
+                raise StorageFailure("the context changed during compaction: every message a summary "
+                                     "replaces was pinned")
+            nodes[index] = attrs.evolve(node, position=rest[0])
+            nodes += [attrs.evolve(fresh[p], anchored=True) for p in covered if p in fresh]
+        self.nodes = sorted(nodes, key=lambda node: node.position)
 
     def _apply(self) -> None:
         new_ids = {s.id for s in self.new_summaries}
