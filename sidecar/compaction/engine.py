@@ -8,7 +8,6 @@ before that leaves the session exactly as it was.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,9 +16,10 @@ from typing import Any
 
 import attrs
 
-from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
+from sidecar.compaction.files import strip_footer
+from sidecar.compaction.footer import carried_footer
 from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
-from sidecar.compaction.rules import carry, footer_rules, render_rules, rule_sentences
+from sidecar.compaction.rules import footer_rules
 from sidecar.core import Sidecar
 from sidecar.engine.assembly import context_total, is_prunable
 from sidecar.engine.summaries import summary_message_tokens
@@ -274,34 +274,6 @@ class Compaction:
         main = texts[0] if history or previous is None else strip_footer(previous or "")
         return f"{main}\n\n{SPLIT_TURN_HEADING}\n{texts[-1]}" if prefix else main
 
-    def _footer(self, members: Sequence[Node]) -> tuple[str, list[str], list[str]]:
-        """What code carries into a summary of ``members``: (footer, rules, rules left out).
-
-        The files read and modified and the standing rules of the sources, the sources' own footers
-        included, whatever the summarizer wrote.
-        """
-        read: list[str] = []
-        modified: list[str] = []
-        rules: list[str] = []
-        left_out: list[str] = []
-        for node in members:
-            if node.kind == "summary":
-                old_read, old_modified = footer_files(self._content(node.ref_id))
-                read += old_read
-                modified += old_modified
-                carried, dropped = self.rules[node.ref_id]
-                rules += carried
-                left_out += dropped
-            elif node.tool_call_ids and node.position in self.raws:
-                new_read, new_modified = files_touched([json.loads(self.raws[node.position])])
-                read += new_read
-                modified += new_modified
-            elif node.role in ("user", "system"):
-                rules += rule_sentences(self.messages[node.position].text)
-        kept, left_out = carry(rules, left_out)
-        footer = "\n".join(part for part in (render_footer(read, modified), render_rules(kept)) if part)
-        return footer, kept, left_out
-
     def _load_raws(self, groups: Sequence[Sequence[int]]) -> None:
         """Read the verbatim JSON of the groups' messages with tool calls: only those name files."""
         seqs = [self.nodes[i].position for group in groups for i in group
@@ -406,7 +378,9 @@ class Compaction:
     def _new_summary(self, group: list[int], kind: str, text: str, depth: int) -> Node:
         members = [self.nodes[i] for i in group]
         stats = [self._stats_of(node) for node in members]
-        footer, rules, left_out = self._footer(members)
+        texts = {node.position: self.messages[node.position].text for node in members if node.kind == "message"}
+        footer, rules, left_out = carried_footer(
+            members, lambda ref: (self._content(ref), *self.rules[ref]), self.raws, texts)
         content = f"{text.rstrip()}\n\n{footer}" if footer else text
         summary_id = f"sum_{uuid.uuid4().hex[:24]}"
         earliest = min((s.earliest for s in stats if s.earliest), default=None)
