@@ -12,10 +12,6 @@ import duckdb
 from sidecar.storage.rows import NO_ANCHORS, Anchors, ItemRow, SessionRow, utcnow
 
 _COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id, tool_call_ids"
-_IN_CONTEXT = "(seq > ? OR seq IN (SELECT position FROM context_items WHERE session_id = ? AND kind = 'message'))"
-"""A message still in the context: live, or with an item (a compacted one has neither)."""
-
-
 class AnchorQueries:
     """The part of Storage that knows pinned and system messages, cached per session."""
 
@@ -35,27 +31,34 @@ class AnchorQueries:
     def _read_anchors(self, session: SessionRow) -> Anchors:
         if session.last_position is None:
             return NO_ANCHORS
-        where = [session.session_id, session.live_after, session.session_id]
-        items = self._anchor_rows("(pinned OR role = 'system')", [], where)
+        items = self._anchor_rows(session, "(pinned OR role = 'system')", [])
         if not items:
             return NO_ANCHORS
         # A pinned call or result anchors its whole unit: the call and every result of it.
         answered = [item.tool_call_id for item in items if item.role == "tool" and item.tool_call_id]
         if answered:
-            items += self._anchor_rows("tool_call_ids IS NOT NULL AND len(list_intersect(tool_call_ids, "
-                                       "?::VARCHAR[])) > 0", [answered], where)
+            items += self._anchor_rows(session, "tool_call_ids IS NOT NULL AND len(list_intersect(tool_call_ids, "
+                                       "?::VARCHAR[])) > 0", [answered])
         calls = [call for item in items for call in item.tool_call_ids or ()]
         if calls:
-            items += self._anchor_rows("role = 'tool' AND tool_call_id IN (SELECT unnest(?::VARCHAR[]))",
-                                       [calls], where)
+            items += self._anchor_rows(session, "role = 'tool' AND tool_call_id IN (SELECT unnest(?::VARCHAR[]))",
+                                       [calls])
         unique = sorted({item.position: item for item in items}.values())
         return Anchors(unique, frozenset(item.position for item in unique),
                        frozenset(item.position for item in unique if item.role == "system"), frozenset(calls))
 
-    def _anchor_rows(self, condition: str, params: list[Any], where: list[Any]) -> list[ItemRow]:
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND {condition} "
-                                f"AND {_IN_CONTEXT}", [where[0], *params, *where[1:]]).fetchall()
-        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows]
+    def _anchor_rows(self, session: SessionRow, condition: str, params: list[Any]) -> list[ItemRow]:
+        """The session's messages meeting ``condition`` that are still in the context (not compacted)."""
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND {condition}",
+                                [session.session_id, *params]).fetchall()
+        # Few rows: their items are looked up by position, not by a join over the whole context.
+        stored = [row[0] for row in rows if row[0] <= session.live_after]
+        present = {position for (position,) in self._db.execute(
+            "SELECT position FROM context_items WHERE session_id = ? AND kind = 'message' AND position BETWEEN ? "
+            "AND ? AND position IN (SELECT unnest(?::BIGINT[]))",
+            [session.session_id, min(stored), max(stored), stored]).fetchall()} if stored else set()
+        return [ItemRow._make(row) if row[-1] is None else ItemRow(*row[:-1], tuple(row[-1])) for row in rows
+                if row[0] > session.live_after or row[0] in present]
 
     def note_anchors(self, session_id: str, items: Sequence[ItemRow], pinned: Sequence[bool]) -> None:
         """Keep the cached anchors true after ``items`` were appended to the context."""
