@@ -230,3 +230,16 @@ async def test_the_python_client_pins_and_passes_pinned_through(db_path):
         result = await client.pin("s", ["m"])
         assert result.ids == ["m"] and (await client.describe("s", "m")).pinned is True
         assert (await client.pin("s", ["m"], pinned=False)).ids == ["m"]
+
+
+async def test_system_messages_lead_in_ingest_order_wherever_they_were_ingested(db_path):
+    messages = [{"id": f"m{i}", "role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(8)]
+    messages.insert(3, {"id": "s1", "role": "system", "content": "First system message."})
+    messages.append({"id": "s2", "role": "system", "content": "Second system message."})
+    messages.append({"id": "last", "role": "user", "content": "go on"})
+    async with running_sidecar(settings=settings_for(db_path, compaction=MANUAL)) as client:
+        await ingest(client, "s", messages)
+        assembled = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
+        ids = [item["id"] for item in assembled["items"]]
+        assert ids[:2] == ["s1", "s2"] and ids[2:] == [m["id"] for m in messages if m["role"] != "system"]
+        assert assembled["messages"][1] == {"role": "system", "content": "Second system message."}

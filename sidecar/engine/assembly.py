@@ -196,6 +196,7 @@ def assemble(
     costs: list[int] = []
     unit_of_call: dict[str, int] = {}
     message_indexes: list[int] = []
+    forced: set[int] = set()  # units holding an anchored item
     for index, item in enumerate(items):
         cost = placeholder_tokens if item.position in pruned else item.tokens
         if item.role == "tool" and item.kind == "message":
@@ -204,7 +205,11 @@ def assemble(
                 units[owner].append(index)
                 costs[owner] += cost
                 message_indexes.append(index)
+                if anchored and item.position in anchored:
+                    forced.add(owner)
             continue
+        if anchored and item.position in anchored:
+            forced.add(len(units))
         if item.kind == "message":
             message_indexes.append(index)
         for call_id in item.tool_call_ids or ():
@@ -218,9 +223,7 @@ def assemble(
         # Members are appended in order, so a unit's last index is its newest.
         tail_start = next(u for u, unit in enumerate(units) if unit[-1] >= first_tail_item)
 
-    forced: set[int] = set()
-    if anchored:
-        forced = {u for u in range(tail_start) if any(items[i].position in anchored for i in units[u])}
+    forced = {u for u in forced if u < tail_start}
     tokens = sum(costs[tail_start:]) + sum(costs[u] for u in forced)
     over_budget = tokens > budget
     exhausted = not over_budget
@@ -239,7 +242,8 @@ def assemble(
     indexes = [i for unit in units[first_chosen:] for i in unit]
     indexes += [i for u in forced if u < first_chosen for i in units[u]]
     chosen = [items[i] for i in sorted(indexes)]
-    if first:
+    # Every item at ``first`` is chosen (anchored); usually they lead already, and the check is cheap.
+    if first and not all(item.position in first for item in chosen[:len(first)]):
         chosen = [item for item in chosen if item.position in first] + \
             [item for item in chosen if item.position not in first]
     return Assembly(
