@@ -243,3 +243,22 @@ async def test_system_messages_lead_in_ingest_order_wherever_they_were_ingested(
         ids = [item["id"] for item in assembled["items"]]
         assert ids[:2] == ["s1", "s2"] and ids[2:] == [m["id"] for m in messages if m["role"] != "system"]
         assert assembled["messages"][1] == {"role": "system", "content": "Second system message."}
+
+
+async def test_the_rules_cap_lists_what_it_left_out(db_path):
+    rules = [f"Never change module{i}.py without asking." for i in range(45)]
+    filler = "Some background on the task follows here. " * 60
+    messages = [{"id": f"u{i}", "role": "user",
+                 "content": f"{rule} Is that a must?\n```\nmust not be read\n```\n{filler}"}
+                for i, rule in enumerate(rules)]
+    messages += [{"id": f"a{i}", "role": "assistant", "content": f"ok {i}"} for i in range(10)]
+    messages.insert(3, {"id": "dup", "role": "user", "content": f"- {rules[0]}"})
+    settings = settings_for(db_path, compaction={**MANUAL, "freshTail": 2, "keepRecentTokens": 0})
+    async with running_sidecar(settings=settings) as client:
+        await ingest(client, "s", messages)
+        result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": "handoff"})
+        assert result["compacted"], result
+        described = await call(client, methods.MEMORY_DESCRIBE, {"sessionId": "s", "id": result["summaryIds"][0]})
+        assert described["rules"] == rules[:40], "the earliest first, deduplicated, questions and code left out"
+        assert described["rulesLeftOut"] == rules[40:]
+        assert "must not be read" not in "\n".join(described["rules"] + described["rulesLeftOut"])
