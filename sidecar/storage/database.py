@@ -26,6 +26,7 @@ from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
+    Anchors,
     ItemRow,
     SearchHit,
     SessionRow,
@@ -65,7 +66,7 @@ class Storage(IngestWrites, LineageQueries, AnchorQueries):
         """DuckDB refuses the database after a failure (a checkpoint out of memory, a full disk) until reopen()."""
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
-        self._anchors = {}
+        self._anchors: dict[str, Anchors] = {}
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "512MB") -> Storage:
