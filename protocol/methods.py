@@ -17,6 +17,7 @@ MEMORY_DESCRIBE = "memory/describe"
 MEMORY_SESSIONS = "memory/sessions"
 MEMORY_DELETE_SESSION = "memory/deleteSession"
 MEMORY_IMPORT = "memory/import"
+MEMORY_PIN = "memory/pin"
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
@@ -42,6 +43,7 @@ REQUESTS = (
     MEMORY_DELETE_SESSION,
     MEMORY_IMPORT,
     CONTEXT_USAGE,
+    MEMORY_PIN,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

@@ -182,6 +182,28 @@ class DescribeResult:
     parents: list[str]
     children: list[str]
     content: Any
+    pinned: bool | None = None
+    """*Extension*: for a message, whether it is pinned."""
+    rules: list[str] | None = None
+    """*Extension*: for a summary, the standing rules it carries verbatim."""
+    rules_left_out: list[str] | None = None
+    """*Extension*: for a summary, rules the cap on carried rules left out."""
+
+
+@attrs.define
+class PinParams:
+    """*Extension*: params of ``memory/pin``."""
+
+    session_id: str
+    ids: list[str]
+    pinned: bool
+
+
+@attrs.define
+class PinResult:
+    ids: list[str]
+    """The messages whose flag changed."""
+    usage: Usage
 
 
 @attrs.define

@@ -265,6 +265,10 @@ class SidecarClient:
         params = t.GrepParams(session_id, pattern, regex, case_sensitive, scope, limit)
         return await self._call(methods.MEMORY_GREP, params, t.GrepResult)
 
+    async def pin(self, session_id: str, ids: list[str], pinned: bool = True) -> t.PinResult:
+        """memory/pin (*extension*): pin or unpin messages by id."""
+        return await self._call(methods.MEMORY_PIN, t.PinParams(session_id, ids, pinned), t.PinResult)
+
     async def describe(self, session_id: str, id: str) -> t.DescribeResult:
         """memory/describe: one message or summary and its place in the DAG."""
         return await self._call(methods.MEMORY_DESCRIBE, t.DescribeParams(session_id, id), t.DescribeResult)

@@ -193,7 +193,8 @@ async def test_assemble_respects_budget_and_returns_chronological_valid_messages
         assert result["tokens"] == sum(i["tokens"] for i in result["items"])
         assert result["dropped"] == len(session) - len(result["items"])
         ids = [i["id"] for i in result["items"]]
-        assert ids == [m["id"] for m in session][-len(ids):]  # newest-first fill, chronological result
+        # The system message first (never left out), then a newest-first fill in chronological order.
+        assert ids[0] == "sys-0" and ids[1:] == [m["id"] for m in session][-len(ids) + 1:]
         assert_valid_openai_sequence(result["messages"])
         assert all(set(m) <= {"role", "content", "name", "tool_calls", "tool_call_id"} for m in result["messages"])
 

@@ -126,7 +126,9 @@ async def test_hook_summary_is_used_without_calling_the_model(db_path):
             assert result["compacted"] is True
             assert llm.chat_requests == []
             assert result["summary"].startswith("The client's own summary")
-            first = (await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"}))["messages"][0]["content"]
+            system, first = [m["content"] for m in
+                             (await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"}))["messages"][:2]]
+            assert system.startswith("You are a careful coding agent.")  # never compacted: it leads
             assert 'kind="handoff"' in first and "expire after 1 h" in first
 
 

@@ -59,17 +59,18 @@ class PruneRule:
     placeholder_tokens: int
 
 
-def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0) -> tuple[list[int], int]:
+def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0,
+                     keep: frozenset[int] = frozenset()) -> tuple[list[int], int]:
     """Tool outputs older than the protected window that may be pruned: (positions, their raw tokens).
 
     ``items`` are chronological, with raw estimates; ``factor`` (the calibration) scales them to
-    provider tokens, in which the newest ``protect_tokens`` are protected.
+    provider tokens, in which the newest ``protect_tokens`` are protected. ``keep`` positions are anchored.
     """
     newer = 0.0
     positions: list[int] = []
     total = 0
     for item in reversed(items):
-        if newer >= rule.protect_tokens and is_prunable(item, rule):
+        if newer >= rule.protect_tokens and is_prunable(item, rule) and item.position not in keep:
             positions.append(item.position)
             total += item.tokens
         newer += item.tokens * factor
@@ -126,13 +127,13 @@ class Window:
 
 
 def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: PruneRule | None,
-                all_prunable_tokens: int = 0, factor: float = 1.0) -> Window:
+                all_prunable_tokens: int = 0, factor: float = 1.0, keep: frozenset[int] = frozenset()) -> Window:
     """One backward scan: decide pruning (PROTOCOL.md's rule) and stop once the budget is surely spent.
 
     ``items`` are a chronological suffix of the context with raw estimates, ``all_prunable_tokens`` the raw
     tokens of every prunable output in the whole context. The window ends at a unit boundary past the
     budget and the fresh tail, so the fill stops inside it; a tool result whose call is not met within
-    ``ORPHAN_AFTER`` items is taken for an orphan.
+    ``ORPHAN_AFTER`` items is taken for an orphan. Outputs at ``keep`` positions (anchored) are never pruned.
     """
     newer = 0.0
     protected_prunable = 0
@@ -153,7 +154,8 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
             prune = (all_prunable_tokens - protected_prunable) * factor > rule.minimum_tokens  # type: ignore[union-attr]
         newer += tokens * factor
         is_tool = item.role == "tool" and item.kind == "message"
-        if is_tool and rule is not None and is_prunable_output("tool", tokens, item.tool_name, rule):
+        if is_tool and rule is not None and is_prunable_output("tool", tokens, item.tool_name, rule) \
+                and not (keep and item.position in keep):
             if not decided:
                 protected_prunable += tokens
             elif prune:
@@ -189,16 +191,21 @@ def assemble(
     fresh_tail: int,
     pruned: frozenset[int] = frozenset(),
     placeholder_tokens: int = 0,
+    anchored: frozenset[int] = frozenset(),
+    first: frozenset[int] = frozenset(),
 ) -> Assembly:
-    """Fresh tail first, then older units newest first while they fit; never splits a tool call from its results.
+    """Anchored units and the fresh tail first, then older units newest first while they fit; never splits a
+    tool call from its results.
 
     ``items`` are chronological. A unit is a message or summary with the tool results answering its calls;
-    orphan tool outputs (no call among the items) are never chosen.
+    orphan tool outputs (no call among the items) are never chosen. A unit holding an ``anchored`` position
+    is always chosen; items at ``first`` positions (system messages) lead the chosen list.
     """
     units: list[list[int]] = []
     costs: list[int] = []
     unit_of_call: dict[str, int] = {}
     message_indexes: list[int] = []
+    forced: set[int] = set()  # units holding an anchored item
     for index, item in enumerate(items):
         cost = placeholder_tokens if item.position in pruned else item.tokens
         if item.role == "tool" and item.kind == "message":
@@ -207,7 +214,11 @@ def assemble(
                 units[owner].append(index)
                 costs[owner] += cost
                 message_indexes.append(index)
+                if anchored and item.position in anchored:
+                    forced.add(owner)
             continue
+        if anchored and item.position in anchored:
+            forced.add(len(units))
         if item.kind == "message":
             message_indexes.append(index)
         for call_id in item.tool_call_ids or ():
@@ -221,19 +232,29 @@ def assemble(
         # Members are appended in order, so a unit's last index is its newest.
         tail_start = next(u for u, unit in enumerate(units) if unit[-1] >= first_tail_item)
 
-    tokens = sum(costs[tail_start:])
+    forced = {u for u in forced if u < tail_start}
+    tokens = sum(costs[tail_start:]) + sum(costs[u] for u in forced)
     over_budget = tokens > budget
     exhausted = not over_budget
     first_chosen = tail_start
     if not over_budget:
         for u in range(tail_start - 1, -1, -1):
+            if u in forced:
+                first_chosen = u
+                continue
             if tokens + costs[u] > budget:
                 exhausted = False
                 break
             tokens += costs[u]
             first_chosen = u
 
-    chosen = [items[i] for i in sorted(i for unit in units[first_chosen:] for i in unit)]
+    indexes = [i for unit in units[first_chosen:] for i in unit]
+    indexes += [i for u in forced if u < first_chosen for i in units[u]]
+    chosen = [items[i] for i in sorted(indexes)]
+    # Every item at ``first`` is chosen (anchored); usually they lead already, and the check is cheap.
+    if first and not all(item.position in first for item in chosen[:len(first)]):
+        chosen = [item for item in chosen if item.position in first] + \
+            [item for item in chosen if item.position not in first]
     return Assembly(
         chosen=chosen,
         pruned=frozenset(item.position for item in chosen if item.position in pruned) if pruned else pruned,

@@ -35,13 +35,15 @@ class Node:
     tool_name: str | None = None
     tool_call_id: str | None = None
     tool_call_ids: tuple[str, ...] | None = None
+    anchored: bool = False
+    """A system or pinned message (or in one's tool-call unit): never replaced, it stays an item in place."""
 
     @classmethod
-    def of(cls, item: ItemRow, depth: int = 0, summary_kind: str | None = None) -> Node:
+    def of(cls, item: ItemRow, depth: int = 0, summary_kind: str | None = None, anchored: bool = False) -> Node:
         """The node of a stored context item (a summary's depth and kind are not in the item)."""
         return cls(position=item.position, kind=item.kind, ref_id=item.ref_id, role=item.role, tokens=item.tokens,
                    depth=depth, summary_kind=summary_kind, tool_name=item.tool_name, tool_call_id=item.tool_call_id,
-                   tool_call_ids=item.tool_call_ids)
+                   tool_call_ids=item.tool_call_ids, anchored=anchored)
 
     def item(self) -> ItemRow:
         """The node as a context item, as usage and assembly take them."""
@@ -82,12 +84,15 @@ def protected_tail_start(nodes: Sequence[Node], fresh_tail: int, keep_tokens: in
 
 def leaf_chunks(nodes: Sequence[Node], tail_start: int, min_size: int,
                 max_tokens: int = MAX_LEAF_CHUNK_TOKENS) -> list[list[int]]:
-    """Runs of messages before the tail, split at safe cuts into chunks of at least ``min_size`` messages."""
+    """Runs of messages before the tail, split at safe cuts into chunks of at least ``min_size`` messages.
+
+    Anchored messages end a run: they are never in a chunk.
+    """
     starts = unit_starts(nodes)
     chunks: list[list[int]] = []
     run: list[int] = []
     for index in range(tail_start + 1):
-        if index < tail_start and nodes[index].kind == "message":
+        if index < tail_start and nodes[index].kind == "message" and not nodes[index].anchored:
             run.append(index)
             continue
         chunks.extend(_split_run(run, nodes, starts, min_size, max_tokens))

@@ -1,4 +1,4 @@
-"""The files a span of history read and modified, from its tool calls: the handoff summary's footer."""
+"""The files a span of history read and modified, from its tool calls: every summary's footer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file",
 LIST_KEYS = ("paths", "files", "file_paths")
 _MODIFIES = re.compile(r"edit|write|patch|create|replace|insert|apply|delete|remove|rename|move|multi_?edit", re.I)
 _READS = re.compile(r"read|view|cat|open|grep|glob|list|ls|search|find|look", re.I)
-_SECTION = re.compile(r"<(read-files|modified-files)>\n(.*?)\n?</\1>", re.S)
+_SECTION = re.compile(r"<(read-files|modified-files|rules)>\n(.*?)\n?</\1>", re.S)
 
 
 def files_touched(messages: Iterable[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -52,7 +52,7 @@ def footer_files(text: str | None) -> tuple[list[str], list[str]]:
 
 
 def strip_footer(text: str) -> str:
-    """A summary without its file footer."""
+    """A summary without its footer (files and rules)."""
     return _SECTION.sub("", text).rstrip()
 
 

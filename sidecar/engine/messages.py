@@ -31,6 +31,7 @@ class MessageRow:
     tool_name: str | None
     tokens: int
     message_at: datetime | None
+    pinned: bool = False
 
 
 def check_message(message: Any, field: str) -> None:
@@ -47,6 +48,8 @@ def check_message(message: Any, field: str) -> None:
         if not isinstance(msg_id, str) or not msg_id or len(msg_id) > MAX_ID_LENGTH:
             raise ParamsError(f"id must be a non-empty string of at most {MAX_ID_LENGTH} characters",
                               f"{field}.id")
+    if "pinned" in message and not isinstance(message["pinned"], bool):
+        raise ParamsError("pinned must be a boolean", f"{field}.pinned")
     if "metadata" in message and message["metadata"] is not None and not isinstance(message["metadata"], dict):
         raise ParamsError("metadata must be an object", f"{field}.metadata")
     if role == "tool":
@@ -117,6 +120,9 @@ def message_row(message: dict[str, Any], max_tokens_per_part: int, tool_names: d
         tool_name = tool_names.get(call_id) or (message.get("name") if isinstance(message.get("name"), str) else None)
     else:
         tool_name = None
+    pinned = message.get("pinned") is True
+    if "pinned" in message:  # a flag of the stored row (memory/pin changes it), not of the verbatim message
+        message = {key: value for key, value in message.items() if key != "pinned"}
     return MessageRow(
         id=message.get("id"),
         role=message["role"],
@@ -127,6 +133,7 @@ def message_row(message: dict[str, Any], max_tokens_per_part: int, tool_names: d
         tool_name=tool_name,
         tokens=estimate_message_tokens(message, max_tokens_per_part),
         message_at=_timestamp((message.get("metadata") or {}).get("timestamp")),
+        pinned=pinned,
     )
 
 

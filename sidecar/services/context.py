@@ -57,13 +57,19 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         share = min(session.prunable_tokens / session.context_tokens, 0.9)
         want = math.ceil(want / (1 - share))
     all_prunable = sidecar.prune_totals(session)[1] if rule is not None else 0
+    anchors = store.anchors(session)
     while True:
         raw, complete = store.tail(session, want + 1, fresh_tail + 1)
-        window = plan_window(raw, budget, fresh_tail, rule, all_prunable, factor)
+        window = plan_window(raw, budget, fresh_tail, rule, all_prunable, factor, anchors.positions)
         if window.covered or complete:
             needed = raw[window.start:]
             placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
-            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder)
+            if anchors.items:
+                # Anchored items older than the window join it: they are always sent, in their place.
+                start = needed[0].position if needed else math.inf
+                needed = [item for item in anchors.items if item.position < start] + needed
+            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder,
+                            anchors.positions, anchors.system)
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 

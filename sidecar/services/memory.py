@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from protocol import errors as codes
 from protocol.types import (
     DeleteSessionParams,
     DeleteSessionResult,
@@ -23,13 +24,16 @@ from protocol.types import (
     ImportResult,
     IngestParams,
     IngestResult,
+    PinParams,
+    PinResult,
     SessionInfo,
     SessionsResult,
     SessionSummary,
 )
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
-from sidecar.services.errors import id_not_found, invalid_params
+from sidecar.services.compaction.rules import footer_rules
+from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
 from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
@@ -208,6 +212,8 @@ def describe(sidecar: Sidecar, params: DescribeParams) -> DescribeResult:
             latest_at=iso(summary.latest_at), message_count=summary.message_count,
             parents=store.parents(params.session_id, "summary", summary.id),
             children=[source_id for _, source_id in sources], content=summary.content,
+            rules=summary.rules if summary.rules is not None else footer_rules(summary.content),
+            rules_left_out=summary.rules_left_out or [],
         )
     message = store.message(params.session_id, params.id)
     if message is None:
@@ -216,8 +222,18 @@ def describe(sidecar: Sidecar, params: DescribeParams) -> DescribeResult:
         id=message.id, kind="message", depth=0, tokens=message.tokens, source_tokens=message.tokens,
         earliest_at=iso(message.message_at), latest_at=iso(message.message_at), message_count=1,
         parents=store.parents(params.session_id, "message", message.id), children=[],
-        content=json.loads(message.raw),
+        content=json.loads(message.raw), pinned=message.pinned,
     )
+
+
+def pin(sidecar: Sidecar, params: PinParams) -> PinResult:
+    """Pin or unpin messages: all or none; an id that is not a message of the session changes nothing."""
+    session = sidecar.session(params.session_id)
+    changed, missing = sidecar.store().set_pinned(session.session_id, params.ids, params.pinned)
+    if missing:
+        raise SidecarError(codes.ID_NOT_FOUND, f"no message {missing[0]!r} in session {params.session_id!r}; "
+                           "nothing was changed", {"id": missing[0], "ids": missing})
+    return PinResult(ids=changed, usage=sidecar.usage(sidecar.session(session.session_id)))
 
 
 def sessions(sidecar: Sidecar) -> SessionsResult:

@@ -169,7 +169,7 @@ class Sidecar:
         if all_tokens * factor <= rule.minimum_tokens:
             return total  # even every tool output together is not worth pruning
         items, _ = tail or self.store().tail(session, math.ceil(rule.protect_tokens / factor) + 1, 1)
-        positions, candidate_tokens = prune_candidates(items, rule, factor)
+        positions, candidate_tokens = prune_candidates(items, rule, factor, self.store().anchors(session).positions)
         fetched = [item for item in items if is_prunable(item, rule)]
         count = len(positions) + all_count - len(fetched)
         tokens = candidate_tokens + all_tokens - sum(item.tokens for item in fetched)

@@ -14,6 +14,7 @@ import attrs
 import duckdb
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT
+from sidecar.storage.anchors import AnchorQueries
 from sidecar.storage.connection import (
     CHECKPOINT_WAL_BYTES,
     MEMORY,
@@ -26,6 +27,7 @@ from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
+    Anchors,
     ItemRow,
     SearchHit,
     SessionRow,
@@ -44,7 +46,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, LineageQueries):
+class Storage(IngestWrites, LineageQueries, AnchorQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:
@@ -65,6 +67,7 @@ class Storage(IngestWrites, LineageQueries):
         """DuckDB refuses the database after a failure (a checkpoint out of memory, a full disk) until reopen()."""
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
+        self._anchors: dict[str, Anchors] = {}
 
     @classmethod
     def open(cls, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Storage:
@@ -249,6 +252,7 @@ class Storage(IngestWrites, LineageQueries):
             return False
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._sessions.pop(session_id, None)
+        self._anchors.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
         return True
@@ -368,7 +372,8 @@ class Storage(IngestWrites, LineageQueries):
     def message(self, session_id: str, message_id: str) -> StoredMessage | None:
         """A stored message by id."""
         rows = self._db.execute(
-            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages WHERE session_id = ? AND id = ?",
+            "SELECT id, seq, role, raw, tokens, created_at, message_at, pinned FROM messages "
+            "WHERE session_id = ? AND id = ?",
             [session_id, message_id],
         ).fetchall()
         return StoredMessage(*rows[0]) if rows else None
@@ -378,7 +383,7 @@ class Storage(IngestWrites, LineageQueries):
         if not ids:
             return {}
         rows = self._db.execute(
-            "SELECT id, seq, role, raw, tokens, created_at, message_at FROM messages "
+            "SELECT id, seq, role, raw, tokens, created_at, message_at, pinned FROM messages "
             "WHERE session_id = ? AND id IN (SELECT unnest(?))",
             [session_id, list(ids)],
         ).fetchall()

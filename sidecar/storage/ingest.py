@@ -13,7 +13,7 @@ import attrs
 import duckdb
 
 from sidecar.engine.messages import MessageRow
-from sidecar.storage.rows import ItemRow, SessionRow, utcnow
+from sidecar.storage.rows import Anchors, ItemRow, SessionRow, utcnow
 from sidecar.storage.tail import TailCache
 
 
@@ -32,6 +32,8 @@ class IngestWrites:
     _db: duckdb.DuckDBPyConnection
     _sessions: dict[str, SessionRow]
     _tails: TailCache
+    _anchors: dict[str, Anchors]
+    note_anchors: Callable[[str, Sequence[ItemRow], Sequence[bool]], None]
     allocate_positions: Callable[[int], int]
     session: Callable[[str], SessionRow | None]
     _transaction: Callable[..., AbstractContextManager[None]]
@@ -88,15 +90,17 @@ class IngestWrites:
         kept = [(seq, *entry) for seq, entry in zip(seqs, fresh, strict=True) if seq in stored]
         if session is None or session.prunable_rule != prune_rule:
             self._sessions.pop(session_id, None)  # read again, counting its live messages under the new rule
+            self._anchors.pop(session_id, None)
             return len(kept)
         if info:
             session = attrs.evolve(session, **info)
         if kept:
             revision = session.revision + len(kept)
-            self._tails.append(session_id, session.revision, revision, [
-                ItemRow(seq, "message", msg_id, row.role, row.tokens, row.tool_name, row.tool_call_id,
-                        tuple(row.tool_call_ids) if row.tool_call_ids is not None else None)
-                for seq, msg_id, row, _ in kept])
+            new_items = [ItemRow(seq, "message", msg_id, row.role, row.tokens, row.tool_name, row.tool_call_id,
+                                 tuple(row.tool_call_ids) if row.tool_call_ids is not None else None)
+                         for seq, msg_id, row, _ in kept]
+            self._tails.append(session_id, session.revision, revision, new_items)
+            self.note_anchors(session_id, new_items, [row.pinned for _, _, row, _ in kept])
             tokens = sum(row.tokens for _, _, row, _ in kept)
             pruned = [row.tokens for _, _, row, can_prune in kept if can_prune]
             # The same sums Storage.session makes over the live messages when it reads the session.
@@ -118,21 +122,22 @@ class IngestWrites:
         if len(fresh) == 1:
             # One row binds faster as VALUES than as lists to unnest (0.7 of 1.0 ms per statement).
             msg_id, row, _ = fresh[0]
-            return (f"INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], ?, ?, ?){conflict}",
+            return (f"INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::VARCHAR[], ?, ?, ?, ?){conflict}",
                     [session_id, msg_id, seqs[0], row.role, row.raw, row.text, row.tool_name, row.tool_call_id,
-                     row.tool_call_ids, row.tokens, now, row.message_at or now])
+                     row.tool_call_ids, row.tokens, now, row.message_at or now, row.pinned])
         return (
             f"""
             INSERT INTO messages
             SELECT ?, unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]),
                    unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
-                   unnest(?::VARCHAR[][]), unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[]){conflict}
+                   unnest(?::VARCHAR[][]), unnest(?::INTEGER[]), ?, unnest(?::TIMESTAMP[]),
+                   unnest(?::BOOLEAN[]){conflict}
             """,
             [session_id, [i for i, _, _ in fresh], seqs, [r.role for _, r, _ in fresh],
              [r.raw for _, r, _ in fresh], [r.text for _, r, _ in fresh],
              [r.tool_name for _, r, _ in fresh], [r.tool_call_id for _, r, _ in fresh],
              [r.tool_call_ids for _, r, _ in fresh], [r.tokens for _, r, _ in fresh], now,
-             [r.message_at or now for _, r, _ in fresh]],
+             [r.message_at or now for _, r, _ in fresh], [r.pinned for _, r, _ in fresh]],
         )
 
     @staticmethod

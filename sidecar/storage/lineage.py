@@ -13,7 +13,8 @@ from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFail
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
-    "summarizer, created_at"
+    "summarizer, created_at, rules, rules_left_out"
+_LIST_COLUMNS = {"rules", "rules_left_out"}
 _NULLABLE_TIMES = {"earliest_at", "latest_at"}
 """Summary columns whose bound lists may hold only NULLs, so need a cast; a cast costs, so no other has one."""
 
@@ -40,6 +41,7 @@ class LineageQueries:
     _transaction: Callable[..., AbstractContextManager[None]]
     _tails: TailCache
     _sessions: dict[str, SessionRow]
+    _anchors: dict[str, Any]
     session: Callable[[str], SessionRow | None]
     items: Callable[..., list[ItemRow]]
 
@@ -154,6 +156,7 @@ class LineageQueries:
             live_count=0)
         self._apply(session, after, summaries, sources, replaced, added)
         self._sessions[session_id] = after
+        self._anchors.pop(session_id, None)
 
     def _apply(self, session: SessionRow, after: SessionRow, summaries: Sequence[SummaryRow],
                sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
@@ -187,10 +190,18 @@ class LineageQueries:
             live_replaced = session.live_count - (written - len(added))
             if deleted + live_replaced != replaced.count:
                 raise duckdb.ConstraintException("the context changed during compaction")
+            # A message pinned since the compaction was planned must stay: the plan is stale.
+            kept = " AND seq NOT IN (SELECT unnest(?::BIGINT[]))" if replaced.kept else ""
+            if self._db.execute(f"SELECT count(*) FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? "
+                                f"AND pinned{kept}", [session_id, replaced.first, replaced.last, *kept_list]
+                                ).fetchall()[0][0]:
+                raise duckdb.ConstraintException("the context changed during compaction: a message it replaces "
+                                                 "was pinned")
             if summaries:
                 columns = _SUMMARY_COLUMNS.split(", ")
                 values = [[getattr(row, column) for row in summaries] for column in columns]
-                selects = ", ".join("unnest(?::TIMESTAMP[])" if column in _NULLABLE_TIMES else "unnest(?)"
+                selects = ", ".join("unnest(?::TIMESTAMP[])" if column in _NULLABLE_TIMES else
+                                    "unnest(?::VARCHAR[][])" if column in _LIST_COLUMNS else "unnest(?)"
                                     for column in columns)
                 self._db.execute(f"INSERT INTO summaries (session_id, {_SUMMARY_COLUMNS}) SELECT ?, {selects}",
                                  [session_id, *values]).fetchall()

@@ -127,8 +127,16 @@ def m003_live_messages(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m004_pinned_rules(db: duckdb.DuckDBPyConnection) -> None:
+    """Pinned messages (never compacted, pruned or dropped) and the standing rules a summary carries."""
+    db.execute("ALTER TABLE messages ADD COLUMN pinned BOOLEAN NOT NULL DEFAULT false")
+    db.execute("ALTER TABLE summaries ADD COLUMN rules VARCHAR[]")
+    db.execute("ALTER TABLE summaries ADD COLUMN rules_left_out VARCHAR[]")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
+    ("004_pinned_rules", m004_pinned_rules),
 ]

@@ -77,6 +77,7 @@ class StoredMessage:
     tokens: int
     created_at: datetime
     message_at: datetime
+    pinned: bool = False
 
 
 class SourceMessage(NamedTuple):
@@ -100,6 +101,25 @@ class SummaryRow:
     latest_at: datetime | None
     summarizer: str
     created_at: datetime
+    rules: list[str] | None = None
+    """Standing rules carried verbatim from the sources (also in the content's ``<rules>`` footer)."""
+    rules_left_out: list[str] | None = None
+    """Rules the cap on carried rules left out."""
+
+
+class Anchors(NamedTuple):
+    """Context items that are never compacted, pruned or dropped: system and pinned messages, with the
+    other messages of their tool-call units, in order."""
+
+    items: list[ItemRow]
+    positions: frozenset[int]
+    system: frozenset[int]
+    """Positions of system messages: assembled first."""
+    calls: frozenset[str]
+    """Tool call ids of anchored assistant messages: their results are anchored too."""
+
+
+NO_ANCHORS = Anchors([], frozenset(), frozenset(), frozenset())
 
 
 @attrs.define(frozen=True)

@@ -58,6 +58,24 @@ _EXTENSIONS = frozenset(re.findall(r"\w+",
     " nix zig dart duckdb db sqlite log"))
 _BARE_FILES = frozenset({"Makefile", "Dockerfile", "Justfile", "Procfile", "Gemfile", "Rakefile"})
 _STOPWORDS = frozenset(re.findall(r"\w+", "the and for with that this from into about what when then"))
+_JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
+_UNESCAPED = {"n": "\n", "t": "\t", "r": "\r", "b": " ", "f": " ", '"': '"', "\\": "\\", "/": "/"}
+
+
+def decoded(text: str) -> str:
+    """``text`` with JSON string escapes undone: tool-call arguments appear in message text as JSON, where
+    a newline before a path reads ``\\nmain.ts``."""
+    if "\\" not in text:
+        return text
+    return _JSON_ESCAPE.sub(_unescape, text)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if escape[0] != "u":
+        return _UNESCAPED[escape]
+    code = int(escape[1:], 16)
+    return " " if 0xD800 <= code <= 0xDFFF else chr(code)  # a lone surrogate cannot be stored
 
 
 def truncation_marker(target_tokens: int) -> str:
@@ -92,7 +110,7 @@ def _boundary(head: str) -> int:
 def extract_paths(text: str) -> list[str]:
     """File paths mentioned in ``text``, in order of first mention."""
     found: dict[str, None] = {}
-    for token in _PATH_TOKEN.findall(_URL.sub(" ", text)):
+    for token in _PATH_TOKEN.findall(_URL.sub(" ", decoded(text))):
         token = token.rstrip(".").strip("-")
         if _looks_like_path(token):
             found.setdefault(token, None)
@@ -112,6 +130,7 @@ def _looks_like_path(token: str) -> bool:
 
 def changed_paths(text: str) -> list[str]:
     """Paths that ``text`` shows being written: write/edit tool calls, patch headers, "edited x" lines."""
+    text = decoded(text)
     found: dict[str, None] = {}
     for call in _WRITE_CALL.finditer(text):
         key = _PATH_KEY.search(text, call.end(), call.end() + 400)

@@ -13,6 +13,7 @@ from protocol.types import (
     GrepParams,
     ImportParams,
     IngestParams,
+    PinParams,
     SessionsParams,
 )
 from sidecar.rpc.server import SidecarServer
@@ -36,6 +37,14 @@ def setup(server: SidecarServer) -> None:
         result = memory.import_transcript(ls.sidecar, params)
         ls.settle_later()
         ls.session_changed(result.session_id, result.usage)
+        return unstructure(result)
+
+    @server.feature(methods.MEMORY_PIN)
+    async def pin(ls: SidecarServer, params: PinParams) -> Any:
+        result = memory.pin(ls.sidecar, params)
+        ls.settle_later()
+        if result.ids:
+            ls.session_changed(params.session_id, result.usage)
         return unstructure(result)
 
     @server.feature(methods.MEMORY_EXPAND)

@@ -8,7 +8,6 @@ before that leaves the session exactly as it was.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,13 +18,15 @@ import attrs
 
 from sidecar.engine.assembly import context_total, is_prunable
 from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
-from sidecar.engine.files import files_touched, footer_files, render_footer, strip_footer
+from sidecar.engine.files import strip_footer
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
+from sidecar.services.compaction.footer import carried_footer
+from sidecar.services.compaction.rules import footer_rules
 from sidecar.services.memory import iso
 from sidecar.services.state import Sidecar
 from sidecar.storage.lineage import Replaced
-from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, SummaryRow, utcnow
+from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation
@@ -83,6 +84,10 @@ class Compaction:
         """Loaded messages by seq, which is their context position."""
         self.contents: dict[str, str] = {}
         self.stats: dict[str, _Stats] = {}
+        self.rules: dict[str, tuple[list[str], list[str]]] = {}
+        """Per summary: (rules it carries, rules its cap left out)."""
+        self.raws: dict[int, str] = {}
+        """Verbatim JSON of loaded messages with tool calls, by seq: the files footer reads their arguments."""
         self.new_summaries: list[SummaryRow] = []
         self.sources: list[tuple[str, list[tuple[str, str]]]] = []
         """Per new summary: what it replaced, in order, as (kind, id)."""
@@ -106,10 +111,11 @@ class Compaction:
         summary_ids = [item.ref_id for item in items if item.kind == "summary"]
         summaries = self._db(lambda: store.summaries(self.session_id, summary_ids)) if summary_ids else {}
         for row in summaries.values():
-            self.contents[row.id] = row.content
-            self.stats[row.id] = _Stats(row.earliest_at, row.latest_at, row.message_count)
+            self._remember(row)
+        anchored = self._db(lambda: store.anchors(session)).positions
         pairs = [(item, summaries.get(item.ref_id) if item.kind == "summary" else None) for item in items]
-        self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item) for item, row in pairs]
+        self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item, anchored=item.position in anchored)
+                      for item, row in pairs]
         self.calibration = session.calibration
         self.loaded = list(self.nodes)
         self.loaded_items = items
@@ -141,6 +147,8 @@ class Compaction:
         if self._virtual_tokens() >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
+        # No await from here to the write: a pin can no longer slip in between.
+        self._keep_newly_anchored()
         self._apply()
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
@@ -229,25 +237,25 @@ class Compaction:
 
     async def _handoff(self, supplied: str | None) -> bool:
         turn_start, tail_start = handoff_span(self.nodes, self.settings.fresh_tail, self.settings.keep_recent_tokens)
-        replaced = list(range(tail_start))
-        if not replaced or (len(replaced) == 1 and self.nodes[0].summary_kind == "handoff" and supplied is None):
+        replaced = [i for i in range(tail_start) if not self.nodes[i].anchored]
+        if not replaced or (len(replaced) == 1 and self.nodes[replaced[0]].summary_kind == "handoff"
+                            and supplied is None):
             return False
         self._load_messages(replaced)
         previous_index = next((i for i in range(turn_start - 1, -1, -1) if self.nodes[i].summary_kind == "handoff"),
                               None)
         previous = self._content(self.nodes[previous_index].ref_id) if previous_index is not None else None
-        history = [i for i in range(turn_start) if i != previous_index]
-        prefix = list(range(turn_start, tail_start)) if 0 < turn_start < tail_start else []
+        history = [i for i in range(turn_start) if i != previous_index and not self.nodes[i].anchored]
+        prefix = [i for i in range(turn_start, tail_start) if not self.nodes[i].anchored] \
+            if 0 < turn_start < tail_start else []
         if not prefix:
             history = [i for i in replaced if i != previous_index]
         if supplied is not None:
             text = supplied.strip()
         else:
             text = await self._handoff_text(history, prefix, previous)
-        read, modified = self._files(replaced, previous)
-        content = f"{text}\n\n{render_footer(read, modified)}".rstrip()
         depth = max((self.nodes[i].depth + 1 for i in replaced if self.nodes[i].kind == "summary"), default=0)
-        self._replace([replaced], [("handoff", content, depth)])
+        self._replace([replaced], [("handoff", text, depth)])
         return True
 
     async def _handoff_text(self, history: list[int], prefix: list[int], previous: str | None) -> str:
@@ -266,15 +274,14 @@ class Compaction:
         main = texts[0] if history or previous is None else strip_footer(previous or "")
         return f"{main}\n\n{SPLIT_TURN_HEADING}\n{texts[-1]}" if prefix else main
 
-    def _files(self, indexes: Sequence[int], previous: str | None) -> tuple[list[str], list[str]]:
-        read, modified = footer_files(previous)
-        # Only messages with tool calls name files; only theirs are read verbatim.
-        seqs = [self.nodes[i].position for i in indexes
-                if self.nodes[i].kind == "message" and self.nodes[i].tool_call_ids]
-        store = self.sidecar.store()
-        raws = self._db(lambda: store.message_raws(self.session_id, seqs))
-        new_read, new_modified = files_touched(json.loads(raws[seq]) for seq in seqs if seq in raws)
-        return read + new_read, modified + new_modified
+    def _load_raws(self, groups: Sequence[Sequence[int]]) -> None:
+        """Read the verbatim JSON of the groups' messages with tool calls: only those name files."""
+        seqs = [self.nodes[i].position for group in groups for i in group
+                if self.nodes[i].kind == "message" and self.nodes[i].tool_call_ids
+                and self.nodes[i].position not in self.raws]
+        if seqs:
+            store = self.sidecar.store()
+            self.raws.update(self._db(lambda: store.message_raws(self.session_id, seqs)))
 
     # Shared machinery
 
@@ -316,17 +323,21 @@ class Compaction:
     def _content(self, summary_id: str) -> str:
         if summary_id not in self.contents:
             store = self.sidecar.store()
-            row = self._db(lambda: store.summary(self.session_id, summary_id))
-            self.contents[summary_id] = row.content
-            self.stats[summary_id] = _Stats(row.earliest_at, row.latest_at, row.message_count)
+            self._remember(self._db(lambda: store.summary(self.session_id, summary_id)))
         return self.contents[summary_id]
+
+    def _remember(self, row: SummaryRow) -> None:
+        self.contents[row.id] = row.content
+        self.stats[row.id] = _Stats(row.earliest_at, row.latest_at, row.message_count)
+        rules = row.rules if row.rules is not None else footer_rules(row.content)
+        self.rules[row.id] = (list(rules), list(row.rules_left_out or ()))
 
     def _render(self, indexes: Sequence[int]) -> tuple[SourceText, ...]:
         sources = []
         for index in indexes:
             node = self.nodes[index]
             if node.kind == "summary":
-                text = self._content(node.ref_id)
+                text = strip_footer(self._content(node.ref_id))  # code carries the footer, not the summarizer
                 stats = self.stats[node.ref_id]
                 label = f"summary ({node.summary_kind}, depth {node.depth})"
                 sources.append(SourceText(label=label, text=text, at=iso(stats.latest)))
@@ -352,6 +363,7 @@ class Compaction:
 
     def _replace(self, groups: list[list[int]], made: list[tuple[str, str, int]]) -> None:
         """Swap each group of nodes for a new summary node, recording lineage."""
+        self._load_raws(groups)
         first_of = {group[0]: (group, spec) for group, spec in zip(groups, made, strict=True)}
         dropped = {i for group in groups for i in group}
         nodes: list[Node] = []
@@ -363,9 +375,13 @@ class Compaction:
                 nodes.append(node)
         self.nodes = nodes
 
-    def _new_summary(self, group: list[int], kind: str, content: str, depth: int) -> Node:
+    def _new_summary(self, group: list[int], kind: str, text: str, depth: int) -> Node:
         members = [self.nodes[i] for i in group]
         stats = [self._stats_of(node) for node in members]
+        texts = {node.position: self.messages[node.position].text for node in members if node.kind == "message"}
+        footer, rules, left_out = carried_footer(
+            members, lambda ref: (self._content(ref), *self.rules[ref]), self.raws, texts)
+        content = f"{text.rstrip()}\n\n{footer}" if footer else text
         summary_id = f"sum_{uuid.uuid4().hex[:24]}"
         earliest = min((s.earliest for s in stats if s.earliest), default=None)
         latest = max((s.latest for s in stats if s.latest), default=None)
@@ -373,13 +389,42 @@ class Compaction:
         row = SummaryRow(id=summary_id, kind=kind, depth=depth, content=content, tokens=tokens,
                          source_tokens=sum(node.tokens for node in members),
                          message_count=sum(s.messages for s in stats), earliest_at=earliest, latest_at=latest,
-                         summarizer=self.summarizer.name, created_at=utcnow())
+                         summarizer=self.summarizer.name, created_at=utcnow(), rules=rules, rules_left_out=left_out)
         self.new_summaries.append(row)
-        self.contents[summary_id] = content
-        self.stats[summary_id] = _Stats(earliest, latest, row.message_count)
+        self._remember(row)
         self.sources.append((summary_id, [(node.kind, node.ref_id) for node in members]))
         return Node(position=members[0].position, kind="summary", ref_id=summary_id, role="user", tokens=tokens,
                     depth=depth, summary_kind=kind)
+
+    def _keep_newly_anchored(self) -> None:
+        """Messages pinned while the summaries were computed stay items in their place.
+
+        A summary keeps its text (which may mention them) and lineage; it moves to the first position it
+        replaces that is not pinned. One that would replace pinned messages only fails the compaction.
+        """
+        store = self.sidecar.store()
+        session = self._db(lambda: self.sidecar.session(self.session_id))
+        anchored = self._db(lambda: store.anchors(session)).positions
+        top = {node.position for node in self.nodes}
+        fresh = {node.position: node for node in self.loaded
+                 if node.position in anchored and not node.anchored and node.position not in top}
+        if not fresh:
+            return
+        new_ids = {summary.id for summary in self.new_summaries}
+        nodes = list(self.nodes)
+        loaded = [node.position for node in self.loaded]
+        for index, node in enumerate(self.nodes):
+            if node.ref_id not in new_ids:
+                continue
+            end = self.nodes[index + 1].position if index + 1 < len(self.nodes) else loaded[-1] + 1
+            covered = [p for p in loaded if node.position <= p < end]
+            rest = [p for p in covered if p not in fresh]
+            if not rest:
+                raise StorageFailure("the context changed during compaction: every message a summary "
+                                     "replaces was pinned")
+            nodes[index] = attrs.evolve(node, position=rest[0])
+            nodes += [attrs.evolve(fresh[p], anchored=True) for p in covered if p in fresh]
+        self.nodes = sorted(nodes, key=lambda node: node.position)
 
     def _apply(self) -> None:
         new_ids = {s.id for s in self.new_summaries}
