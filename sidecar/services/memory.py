@@ -32,7 +32,7 @@ from protocol.types import (
 )
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
-from sidecar.services.compaction.rules import footer_rules
+from sidecar.engine.rules import footer_rules
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
 from sidecar.storage.rows import StoredMessage, SummaryRow

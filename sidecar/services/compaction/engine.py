@@ -19,10 +19,10 @@ import attrs
 from sidecar.engine.assembly import context_total, is_prunable
 from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.engine.files import strip_footer
+from sidecar.engine.footer import carried_footer
+from sidecar.engine.rules import footer_rules
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
-from sidecar.services.compaction.footer import carried_footer
-from sidecar.services.compaction.rules import footer_rules
 from sidecar.services.memory import iso
 from sidecar.services.state import Sidecar
 from sidecar.storage.lineage import Replaced

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sidecar.engine.compaction_plan import Node
 from sidecar.engine.files import files_touched, footer_files, render_footer
-from sidecar.services.compaction.rules import carry, render_rules, rule_sentences
+from sidecar.engine.rules import carry, render_rules, rule_sentences
 
 
 def carried_footer(members: Sequence[Node], summary: Callable[[str], tuple[str, list[str], list[str]]],
