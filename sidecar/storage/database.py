@@ -21,6 +21,7 @@ from sidecar.storage.connection import (
     connect,
     invalidating,
 )
+from sidecar.storage.imports import ImportWrites
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
@@ -43,7 +44,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, LineageQueries):
+class Storage(IngestWrites, ImportWrites, LineageQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
@@ -249,7 +250,8 @@ class Storage(IngestWrites, LineageQueries):
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._sessions.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
-                     for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
+                     for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",
+                                   "sessions")])
         return True
 
     def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:

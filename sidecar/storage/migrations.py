@@ -127,8 +127,23 @@ def m003_live_messages(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m004_message_sources(db: duckdb.DuckDBPyConnection) -> None:
+    """The original transcript lines an imported message was converted from, verbatim (a JSON array of strings)."""
+    db.execute(
+        """
+        CREATE TABLE message_sources (
+            session_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            lines VARCHAR NOT NULL,
+            PRIMARY KEY (session_id, id)
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
+    ("004_message_sources", m004_message_sources),
 ]
