@@ -35,7 +35,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
     plan = choose_items(sidecar, session, budget, fresh_tail, prune)
-    messages, items = render(sidecar, session, plan)
+    messages, items = render(sidecar, session, plan, bool(params.reasoning))
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
             "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
@@ -67,8 +67,12 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
-def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[bytes], list[str]]:
-    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text)."""
+def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
+           reasoning: bool = False) -> tuple[list[bytes], list[str]]:
+    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text).
+
+    ``reasoning``: messages keep their stored reasoning; those renderings are made afresh, never kept.
+    """
     store = sidecar.store()
     rendered = sidecar.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
@@ -82,7 +86,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
             items.append(f'{{"kind":"summary","id":{dumps(item.ref_id)},"tokens":{item.tokens}}}')
             continue
         pruned = item.position in plan.pruned
-        entry = None if item.position in plan.answered else rendered.get(item.position, pruned)
+        entry = None if reasoning or item.position in plan.answered else rendered.get(item.position, pruned)
         tail = f'{PLACEHOLDER_TOKENS},"pruned":true}}' if pruned else f"{item.tokens}}}"
         if entry is None:
             missing.append((len(messages), item))
@@ -92,7 +96,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
             messages.append(entry[0])
             items.append(entry[1] + tail)
     if missing:
-        _render_missing(sidecar, session, plan, messages, items, missing)
+        _render_missing(sidecar, session, plan, messages, items, missing, reasoning)
     # A call left with no results and no text renders as nothing: drop it and its entry.
     keep = [index for index, text in enumerate(messages) if text]
     if len(keep) != len(messages):
@@ -101,16 +105,19 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
 
 
 def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[bytes], items: list[str],
-                    missing: list[tuple[int, ItemRow]]) -> None:
+                    missing: list[tuple[int, ItemRow]], reasoning: bool = False) -> None:
     """Render, from the stored JSON, messages not kept rendered and those whose tool calls are trimmed."""
     raws = sidecar.store().message_raws(session.session_id, [item.position for _, item in missing])
     for index, item in missing:
         pruned = item.position in plan.pruned
-        message = openai_view(raws[item.position])
+        message = openai_view(raws[item.position], reasoning)
         if pruned:
             message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
         head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
         items[index] = head + items[index]
+        if reasoning and item.position not in plan.answered:
+            messages[index] = utf8(dumps(message))
+            continue
         if item.position not in plan.answered:
             messages[index] = sidecar.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]
             continue
