@@ -61,16 +61,17 @@ async def test_import_reports_skipped_lines_in_order_and_is_idempotent(tmp_path:
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "pi.jsonl (pi) into session sess-pi-3" in out
-    assert "7 messages stored, 0 already in the session, 5 lines skipped" in out
+    assert "7 messages stored, 0 already in the session, 6 lines skipped" in out
     skipped = re.findall(r"^  skipped line (\d+): (.*)$", out, re.MULTILINE)
-    assert [int(n) for n, _ in skipped] == [6, 7, 9, 10, 11]
+    assert [int(n) for n, _ in skipped] == [6, 7, 9, 10, 11, 13]
     assert dict(skipped)["9"].startswith("invalid JSON")
     assert dict(skipped)["10"] == "unknown entry type 'fancy_new_entry'"
-    assert re.search(r"usage: \d+ tokens of 200,000 \(0\.0%\), state ok", out)
+    assert "stop reason 'aborted'" in dict(skipped)["13"]  # an aborted, empty assistant message is listed
+    assert re.search(r"usage: \d+ tokens of 200,000 \(0\.\d%\), state ok", out)
 
     again = run("import", sample, "--db", db)
     assert again.returncode == 0, again.stderr
-    assert "0 messages stored, 7 already in the session, 5 lines skipped" in again.stdout
+    assert "0 messages stored, 7 already in the session, 6 lines skipped" in again.stdout
     assert await stored_sessions(db) == {"sess-pi-3": (7, 0)}
 
 
@@ -89,6 +90,8 @@ def test_import_with_session_and_format_and_the_errors(tmp_path: Path) -> None:
     assert wrong.returncode == 1
     # A file that yields no messages in the given format is refused by the server, and no session is made.
     assert "no messages could be read" in wrong.stderr and "as pi" in wrong.stderr
+    assert re.search(r"\d+ JSON lines read, none a pi message \(\d+ skipped: line \d+: ", wrong.stderr)
+    assert "unknown entry type 'user'" in wrong.stderr
 
 
 @needs_pi
@@ -96,7 +99,10 @@ def test_import_the_large_pi_session(tmp_path: Path) -> None:
     result = run("import", PI_SESSION, "--db", tmp_path / "memory.duckdb")
     assert result.returncode == 0, result.stderr
     assert "pi-large-session.jsonl (pi) into session d703a1a9-1b7b-4fb1-b512-c9738b1fe617" in result.stdout
-    assert "918 messages stored, 0 already in the session, 0 lines skipped" in result.stdout
+    assert re.search(r"918 messages stored, 0 already in the session, \d+ lines skipped", result.stdout)
+    # Every skipped line is an aborted or errored assistant message with nothing an API would accept.
+    assert all("assistant message with no text" in line
+               for line in re.findall(r"^  skipped (.*)$", result.stdout, re.MULTILINE))
 
 
 @needs_pi
@@ -142,7 +148,7 @@ def test_replay_on_a_fresh_temporary_db_quiet_without_usage(tmp_path: Path) -> N
     match = re.search(r"storage (\S+) \(a fresh temporary DB, removed at exit\)", result.stdout)
     assert match and not Path(match.group(1)).exists()
     assert "no provider usage is reported" in result.stdout
-    assert "5 transcript lines skipped" in result.stdout
+    assert "6 transcript lines skipped" in result.stdout
     summary = table(result.stdout)
     assert summary["provider usage"].startswith("0 reports")
     assert summary["messages"] == "7 stored, 0 duplicates"
