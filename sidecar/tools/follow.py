@@ -44,6 +44,7 @@ class Follower:
     _seen: tuple[int, int, int] | None = None
     _missing: bool = False
     _reported: set[str] = attrs.field(factory=set)
+    _waiting: str | None = None
     last: ImportResult | None = None
 
     async def step(self) -> Step:
@@ -71,9 +72,14 @@ class Follower:
         try:
             result = await self.client.import_transcript(str(self.path), self.session, self.format, follow=True)
         except SidecarRequestError as error:
-            if "no messages could be read" not in str(error):
+            if not any(text in str(error) for text in ("no messages could be read", "cannot tell the transcript")):
                 raise
-            return step  # Nothing complete yet (a header, a half line): the next change may bring some.
+            # Nothing to store yet (a header, harness lines, a half line): said once, then the next change.
+            if self._waiting is None:
+                step.notes.append(f"nothing to import yet, waiting for more: {error.message}")
+            self._waiting = error.message
+            return step
+        self._waiting = None
         self.session, self.format, self.last = result.session_id, result.format, result
         step.stored = len(result.ids) - result.duplicates - (result.replaced or 0)
         step.replaced = result.replaced or 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -54,7 +55,15 @@ async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> 
     if not path.parent.is_dir():
         print(f"context-sidecar import: error: no directory {path.parent}", file=sys.stderr)
         return 1
-    async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=SETTINGS) as client:
+    # A terminal's Ctrl-C reaches the whole process group: the sidecar is to end when we shut it down, after
+    # the last import, not in the middle of one, so it starts with SIGINT ignored.
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spawning = SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=SETTINGS)
+        client = await spawning
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    async with client:
         follower = Follower(client, path, session, fmt)
         say(f"context-sidecar import: following {path} (Ctrl-C stops)")
         say(f"  storage: {client.capabilities.get('storage')}")
