@@ -140,6 +140,8 @@ def render_stored_summary(summary: SummaryRow) -> str:
 
 CALIBRATION_SMOOTHING = 0.5
 CALIBRATION_BOUNDS = (0.25, 4.0)
+OVERHEAD_SAMPLES = 8
+"""Recent reports a session's prompt overhead is fitted on."""
 MIN_CALIBRATION_BASIS = 256
 """Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
 
@@ -158,12 +160,17 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         log.warning("context/reportUsage for unknown session %r ignored", params.session_id)
         return None
     prompt = params.input_tokens + counts["cacheReadTokens"] + counts["cacheWriteTokens"]
+    if prompt == 0:
+        # Some backends write zeros where they count nothing; taken as real, the context would look empty.
+        log.warning("context/reportUsage for %r ignored: 0 prompt tokens is no count of a real prompt",
+                    params.session_id)
+        return None
     revision, basis = sidecar.assembled.get(session.session_id, (None, 0.0))
     if revision != session.revision:
         basis = sidecar.estimated_tokens(session) / session.calibration
     calibration = session.calibration
-    if basis >= MIN_CALIBRATION_BASIS and prompt > 0:
-        sample = prompt / basis
+    if basis >= MIN_CALIBRATION_BASIS:
+        sample = calibration_sample(sidecar.prompt_samples.setdefault(session.session_id, []), basis, prompt)
         calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
@@ -171,6 +178,25 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
     reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))
+
+
+def calibration_sample(samples: list[tuple[float, int]], basis: float, prompt: int) -> float:
+    """Provider tokens per estimated token, with a fixed prompt overhead (system prompt, tools) taken out.
+
+    The overhead is not in the stored history, so it is an offset, not a ratio: once the recent reports span
+    contexts of different sizes (the largest 1.5 times the smallest), a line through them separates the two.
+    """
+    samples.append((basis, prompt))
+    del samples[:-OVERHEAD_SAMPLES]
+    low, high = min(b for b, _ in samples), max(b for b, _ in samples)
+    if high < 1.5 * low:
+        return prompt / basis
+    mean_b = sum(b for b, _ in samples) / len(samples)
+    mean_p = sum(p for _, p in samples) / len(samples)
+    slope = sum((b - mean_b) * (p - mean_p) for b, p in samples) / sum((b - mean_b) ** 2 for b, _ in samples)
+    if mean_p - slope * mean_b < 0:  # no overhead after all: the plain ratio
+        return mean_p / mean_b
+    return slope
 
 
 def usage(sidecar: Sidecar, params: UsageParams) -> Usage:
