@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -166,3 +167,21 @@ def test_turns_and_provider_usage() -> None:
     assert provider_usage(turns[0].rest) == {"input": 5, "output": 6, "cacheRead": 7}
     assert provider_usage([tool, {"role": "assistant", "content": "z"}]) is None
     assert [t.opening for t in split_turns([system])] == [[system]]
+    assert turns[0].steps == [[early, tool], [late]] and turns[1].steps == []
+
+
+def test_replay_of_a_one_prompt_agent_run_compacts_mid_run(tmp_path: Path) -> None:
+    history: list[dict[str, object]] = [{"role": "user", "content": "fix the failing tests"}]
+    for step in range(60):  # as SWE-agent writes them: one prompt, then step after step
+        call = {"id": f"c{step}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        history += [{"role": "assistant", "content": f"step {step}", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{step}", "content": f"output {step} " + "x" * 4000}]
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps({"history": history}))
+    result = run("replay", path, "--context-window", "32000", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert "in 1 turns" in result.stdout
+    # Each step assembles and lets compaction run: one turn, several compactions inside it.
+    assert len(COMPACTION.findall(result.stdout)) >= 2
+    turns = TURN.findall(result.stdout)
+    assert len(turns) == 1 and number(turns[0][3]) <= 32000

@@ -40,6 +40,16 @@ class Turn:
         """All messages of the turn in order."""
         return self.opening + self.rest
 
+    @property
+    def steps(self) -> list[list[Message]]:
+        """The rest as agent steps: each assistant message with the tool results (and notes) after it."""
+        steps: list[list[Message]] = []
+        for message in self.rest:
+            if message.get("role") == "assistant" or not steps:
+                steps.append([])
+            steps[-1].append(message)
+        return steps
+
 
 @dataclasses.dataclass
 class Stats:
@@ -171,16 +181,22 @@ class _Replay:
             say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
-        """Ingest the user message, assemble as the agent would, ingest the reply, report usage, settle."""
+        """Ingest the user message, then each step as an agent makes it: assemble, ingest the reply and its tool
+        results, report the call's usage, let any compaction finish (so long one-prompt runs compact mid-run)."""
         await self._ingest(client, turn.opening, first=previous is None)
         if previous is None:
             await self._columns(client)
-        assembled = await self._assemble(client)
-        if turn.rest:
-            await self._ingest(client, turn.rest, first=False)
-        await self._report(client, turn)
+        sent: int | None = None
+        for step in turn.steps:
+            assembled = await self._assemble(client)  # the call that produced this step's assistant message
+            sent = assembled.tokens if sent is None else sent
+            await self._ingest(client, step, first=False)
+            await self._report(client, turn, step, assembled)
+            await self._settle(client)
+        if sent is None:
+            sent = (await self._assemble(client)).tokens
         usage = await self._settle(client)
-        self._line(turn, assembled.tokens, usage, previous)
+        self._line(turn, sent, usage, previous)
         return usage
 
     async def _assemble(self, client: SidecarClient) -> AssembleResult:
@@ -191,14 +207,12 @@ class _Replay:
         self.stats.last_sent = (len(assembled.messages), assembled.tokens)
         return assembled
 
-    async def _report(self, client: SidecarClient, turn: Turn) -> None:
-        """context/reportUsage with the turn's last provider usage, while it describes a prompt the sidecar sends."""
-        reported = provider_usage(turn.rest)
+    async def _report(self, client: SidecarClient, turn: Turn, step: list[Message], call: AssembleResult) -> None:
+        """context/reportUsage with the step's provider usage, while it describes a prompt the sidecar sends."""
+        reported = provider_usage(step)
         if reported is None or self.report_usage == "never":
             return
-        # The agent assembles before its last call of the turn too; that call is what the provider counted.
-        last_call = await self._assemble(client)
-        if self.report_usage == "auto" and _reshaped(last_call):
+        if self.report_usage == "auto" and _reshaped(call):
             self.report_usage = "never"
             self.notes.append(f"from turn {turn.number} on, the transcript's provider usage is not reported: it "
                               "counts the original agent's prompt, and the sidecar now sends a pruned or compacted one")
