@@ -181,8 +181,8 @@ class _Replay:
             say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
-        """Ingest the user message, then each step as an agent makes it: assemble, ingest the reply and its tool
-        results, report the call's usage, let any compaction finish (so long one-prompt runs compact mid-run)."""
+        """Ingest the user message, then each step as an agent makes it: assemble, report the call's usage, ingest
+        the reply and its tool results, let any compaction finish (so long one-prompt runs compact mid-run)."""
         await self._ingest(client, turn.opening, first=previous is None)
         if previous is None:
             await self._columns(client)
@@ -190,8 +190,8 @@ class _Replay:
         for step in turn.steps:
             assembled = await self._assemble(client)  # the call that produced this step's assistant message
             sent = assembled.tokens if sent is None else sent
+            await self._report(client, turn, step, assembled)  # what the provider counted for that very call
             await self._ingest(client, step, first=False)
-            await self._report(client, turn, step, assembled)
             await self._settle(client)
         if sent is None:
             sent = (await self._assemble(client)).tokens
