@@ -64,6 +64,7 @@ async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> 
     finally:
         signal.signal(signal.SIGINT, handler)
     async with client:
+        await client.sessions()  # opens the database now, so the first entry is not kept waiting for it
         follower = Follower(client, path, session, fmt)
         say(f"context-sidecar import: following {path} (Ctrl-C stops)")
         say(f"  storage: {client.capabilities.get('storage')}")
