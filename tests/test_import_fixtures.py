@@ -144,3 +144,45 @@ async def test_bad_reasoning_and_follow_params_are_refused(client: SidecarClient
             await client.request(method, params)
         assert raised.value.code == codes.INVALID_PARAMS
     assert (await stored(client, "s"))[1] == ["u1"]
+
+
+async def test_a_stand_in_compacted_into_a_summary_is_replaced_there_too(tmp_path: Path) -> None:
+    entries = [json.dumps({"type": "session", "version": 3, "id": "grow", "timestamp": "2026-01-01T00:00:00Z"})]
+    parent = None
+    for turn in range(30):
+        call = {"type": "toolCall", "id": f"call{turn}", "name": "bash", "arguments": {"command": f"ls {turn}"}}
+        for entry_id, message in (
+            (f"u{turn}", {"role": "user", "content": f"turn {turn}: " + "please look " * 30}),
+            (f"a{turn}", {"role": "assistant", "content": [{"type": "text", "text": "looking"}, call]}),
+            (f"t{turn}", {"role": "toolResult", "toolCallId": f"call{turn}", "toolName": "bash",
+                          "content": [{"type": "text", "text": f"RESULT-{turn} " + "x" * 300}], "isError": False}),
+        ):
+            entries.append(json.dumps({"type": "message", "id": entry_id, "parentId": parent,
+                                       "timestamp": "2026-01-01T00:00:01Z", "message": message}))
+            parent = entry_id
+    path = tmp_path / "grow.jsonl"
+    path.write_text("\n".join(entries[:-1]) + "\n")  # the last call's result is not written yet
+    settings = {**SETTINGS, "compaction": {"auto": False, "freshTail": 0, "keepRecentTokens": 0}}
+    async with await SidecarClient.spawn(db=str(tmp_path / "m.duckdb"), settings=settings) as client:
+        await client.import_transcript(str(path))
+        assert (await client.compact("grow", mode="full")).compacted
+        hits = [hit for hit in (await client.grep("grow", "no result recorded")).matches if hit.kind == "message"]
+        assert [hit.id for hit in hits] == ["a29:call29:no-result"] and hits[0].covered_by
+        summary = hits[0].covered_by
+        before = (await client.usage("grow")).tokens
+
+        path.write_text("\n".join(entries) + "\n")
+        result = await client.import_transcript(str(path))
+        assert result.replaced == 1 and result.duplicates == len(result.ids) - 1
+        hits = await client.grep("grow", "RESULT-29 ", scope="messages")
+        assert [(hit.id, hit.covered_by) for hit in hits.matches] == [("t29", summary)]
+        # The stored message changed; a summary written from the stand-in keeps its text (summaries are not redone).
+        assert not (await client.grep("grow", "no result recorded", scope="messages")).matches
+        sources, queue = [], [summary]
+        while queue:  # walk the summary down to its messages
+            for item in (await client.expand("grow", queue.pop(), token_cap=1_000_000)).items:
+                (queue if item.kind == "summary" else sources).append(item.id)
+        assert "t29" in sources and "a29:call29:no-result" not in sources
+        assert (await client.usage("grow")).tokens == before  # the summary stands for it: the context is as it was
+        messages, _ = await stored(client, "grow")
+        assert_valid_openai_sequence(messages)
