@@ -286,7 +286,8 @@ def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
     info = parsed.session or {}
     result = ingest(sidecar, IngestParams(session_id=session_id, messages=fresh, session=SessionInfo(
         model=info.get("model"), title=info.get("title"), metadata=info.get("metadata"))))
-    store.store_sources(session_id, parsed.sources)
+    changed = {m["id"] for m in fresh} | {row.id or old_id for old_id, row in replacements}
+    store.store_sources(session_id, {i: lines for i, lines in parsed.sources.items() if i in changed})
     ids = [m["id"] for m in parsed.messages]
     return ImportResult(session_id=session_id, format=parsed.format, ids=ids,
                         duplicates=len(ids) - len(fresh) - replaced + result.duplicates,
