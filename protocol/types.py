@@ -72,6 +72,8 @@ class AssembleParams:
     budget: int | None = None
     fresh_tail: int | None = None
     prune: bool | None = None
+    reasoning: bool | None = None
+    """*extension*: include assistant messages' stored ``reasoning`` (thinking) in the messages; default false."""
 
 
 @attrs.define
@@ -129,6 +131,8 @@ class ExpandItem:
     tokens: int
     message: Message | None = None
     summary: str | None = None
+    original: list[str] | None = None
+    """*extension*: an imported message's original transcript lines, verbatim."""
 
 
 @attrs.define
@@ -259,6 +263,8 @@ class ImportParams:
     path: str
     session_id: str | None = None
     format: str | None = None
+    follow: bool | None = None
+    """*extension*: the file is being written; a last line without its newline is left for the next import."""
 
 
 @attrs.define
@@ -269,6 +275,9 @@ class ImportResult:
     duplicates: int
     skipped: list[str]
     usage: Usage
+    replaced: int | None = None
+    """*extension*: stored messages rewritten in place because the transcript grew (a stand-in result
+    replaced by the real one, an assistant message that gained its tool calls or reasoning)."""
 
 
 @attrs.define

@@ -242,9 +242,9 @@ class SidecarClient:
         return await self._call(methods.MEMORY_INGEST, params, t.IngestResult)
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
-                       prune: bool | None = None) -> t.AssembleResult:
+                       prune: bool | None = None, reasoning: bool | None = None) -> t.AssembleResult:
         """context/assemble: the messages for the next LLM call."""
-        params = t.AssembleParams(session_id, budget, fresh_tail, prune)
+        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning)
         return await self._call(methods.CONTEXT_ASSEMBLE, params, t.AssembleResult)
 
     async def compact(self, session_id: str, mode: t.CompactionMode | None = None, focus: str | None = None,
@@ -287,9 +287,9 @@ class SidecarClient:
         return await self._call(methods.CONTEXT_USAGE, t.UsageParams(session_id), t.Usage)
 
     async def import_transcript(self, path: str, session_id: str | None = None,
-                                format: str | None = None) -> t.ImportResult:
+                                format: str | None = None, follow: bool | None = None) -> t.ImportResult:
         """memory/import: ingest a transcript file that the server can read."""
-        params = t.ImportParams(path, session_id, format)
+        params = t.ImportParams(path, session_id, format, follow)
         return await self._call(methods.MEMORY_IMPORT, params, t.ImportResult)
 
     async def report_usage(self, session_id: str, input_tokens: int, output_tokens: int,

@@ -19,6 +19,8 @@ from protocol import methods
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar"]
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if not SHARED_DATA.is_dir():  # a worktree sits one level deeper than the main checkout
+    SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 PI_SESSION = SHARED_DATA / "pi-large-session.jsonl"
 RAW_METHODS = {*methods.REQUESTS, *methods.SERVER_NOTIFICATIONS, *methods.SERVER_REQUESTS}
 

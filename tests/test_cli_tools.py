@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -62,16 +63,17 @@ async def test_import_reports_skipped_lines_in_order_and_is_idempotent(tmp_path:
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "pi.jsonl (pi) into session sess-pi-3" in out
-    assert "7 messages stored, 0 already in the session, 5 lines skipped" in out
+    assert "7 messages stored, 0 already in the session, 6 lines skipped" in out
     skipped = re.findall(r"^  skipped line (\d+): (.*)$", out, re.MULTILINE)
-    assert [int(n) for n, _ in skipped] == [6, 7, 9, 10, 11]
+    assert [int(n) for n, _ in skipped] == [6, 7, 9, 10, 11, 13]
     assert dict(skipped)["9"].startswith("invalid JSON")
     assert dict(skipped)["10"] == "unknown entry type 'fancy_new_entry'"
-    assert re.search(r"usage: \d+ tokens of 200,000 \(0\.0%\), state ok", out)
+    assert "stop reason 'aborted'" in dict(skipped)["13"]  # an aborted, empty assistant message is listed
+    assert re.search(r"usage: \d+ tokens of 200,000 \(0\.\d%\), state ok", out)
 
     again = run("import", sample, "--db", db)
     assert again.returncode == 0, again.stderr
-    assert "0 messages stored, 7 already in the session, 5 lines skipped" in again.stdout
+    assert "0 messages stored, 7 already in the session, 6 lines skipped" in again.stdout
     assert await stored_sessions(db) == {"sess-pi-3": (7, 0)}
 
 
@@ -90,6 +92,8 @@ def test_import_with_session_and_format_and_the_errors(tmp_path: Path) -> None:
     assert wrong.returncode == 1
     # A file that yields no messages in the given format is refused by the server, and no session is made.
     assert "no messages could be read" in wrong.stderr and "as pi" in wrong.stderr
+    assert re.search(r"\d+ JSON lines read, none a pi message \(\d+ skipped: line \d+: ", wrong.stderr)
+    assert "unknown entry type 'user'" in wrong.stderr
 
 
 @needs_pi
@@ -97,7 +101,10 @@ def test_import_the_large_pi_session(tmp_path: Path) -> None:
     result = run("import", PI_SESSION, "--db", tmp_path / "memory.duckdb")
     assert result.returncode == 0, result.stderr
     assert "pi-large-session.jsonl (pi) into session d703a1a9-1b7b-4fb1-b512-c9738b1fe617" in result.stdout
-    assert "918 messages stored, 0 already in the session, 0 lines skipped" in result.stdout
+    assert re.search(r"918 messages stored, 0 already in the session, \d+ lines skipped", result.stdout)
+    # Every skipped line is an aborted or errored assistant message with nothing an API would accept.
+    assert all("assistant message with no text" in line
+               for line in re.findall(r"^  skipped (.*)$", result.stdout, re.MULTILINE))
 
 
 @needs_pi
@@ -143,7 +150,7 @@ def test_replay_on_a_fresh_temporary_db_quiet_without_usage(tmp_path: Path) -> N
     match = re.search(r"storage (\S+) \(a fresh temporary DB, removed at exit\)", result.stdout)
     assert match and not Path(match.group(1)).exists()
     assert "no provider usage is reported" in result.stdout
-    assert "5 transcript lines skipped" in result.stdout
+    assert "6 transcript lines skipped" in result.stdout
     summary = table(result.stdout)
     assert summary["provider usage"].startswith("0 reports")
     assert summary["messages"] == "7 stored, 0 duplicates"
@@ -161,3 +168,21 @@ def test_turns_and_provider_usage() -> None:
     assert provider_usage(turns[0].rest) == {"input": 5, "output": 6, "cacheRead": 7}
     assert provider_usage([tool, {"role": "assistant", "content": "z"}]) is None
     assert [t.opening for t in split_turns([system])] == [[system]]
+    assert turns[0].steps == [[early, tool], [late]] and turns[1].steps == []
+
+
+def test_replay_of_a_one_prompt_agent_run_compacts_mid_run(tmp_path: Path) -> None:
+    history: list[dict[str, object]] = [{"role": "user", "content": "fix the failing tests"}]
+    for step in range(60):  # as SWE-agent writes them: one prompt, then step after step
+        call = {"id": f"c{step}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        history += [{"role": "assistant", "content": f"step {step}", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{step}", "content": f"output {step} " + "x" * 4000}]
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps({"history": history}))
+    result = run("replay", path, "--context-window", "32000", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert "in 1 turns" in result.stdout
+    # Each step assembles and lets compaction run: one turn, several compactions inside it.
+    assert len(COMPACTION.findall(result.stdout)) >= 2
+    turns = TURN.findall(result.stdout)
+    assert len(turns) == 1 and number(turns[0][3]) <= 32000

@@ -60,7 +60,8 @@ def test_pi_v3_branch_thinking_aborted_and_damaged_lines(pi_v3: Path) -> None:
     assert_valid_openai_sequence(msgs)
     assert shape(msgs) == ["user", "assistant", "tool:call_read", "user", "assistant", "tool:call_edit",
                            "user"]  # fmt: skip
-    assert msgs[0]["content"] == [text("read a.py"), text("[image]")]
+    assert msgs[0]["content"][0] == text("read a.py")
+    assert msgs[0]["content"][1]["image_url"]["url"].startswith("data:image/")
     assert msgs[1]["id"] == "e2" and msgs[1]["content"] == "Ok."
     assert msgs[1]["tool_calls"][0]["function"] == {"name": "read", "arguments": '{"path": "a.py"}'}
     assert msgs[1]["metadata"]["usage"] == {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7}
@@ -71,9 +72,10 @@ def test_pi_v3_branch_thinking_aborted_and_damaged_lines(pi_v3: Path) -> None:
     assert msgs[5]["metadata"]["synthetic"] is True
     assert msgs[6]["content"] == "extension note"
     assert "SECRET-PI-IDEA" not in all_text(msgs) and "abandoned" not in all_text(msgs)
-    assert skip_lines(parsed.skipped) == ["line 9", "line 6", "line 7", "line 10", "line 11"]
+    assert "SECRET-PI-IDEA" in msgs[1]["reasoning"]  # thinking kept beside the message, not in its content
+    assert skip_lines(parsed.skipped) == ["line 9", "line 6", "line 7", "line 10", "line 13", "line 11"]
     assert "abandoned branch" in parsed.skipped[1] and "'fancy_new_entry'" in parsed.skipped[3]
-    assert "'call_ghost'" in parsed.skipped[4]
+    assert "'aborted'" in parsed.skipped[4] and "'call_ghost'" in parsed.skipped[5]
     assert parsed.suggested_session_id == "sess-pi-3"
     assert parsed.session == {
         "title": "Fix a.py",
@@ -105,7 +107,8 @@ def test_pi_real_session_counts_pairing_and_usage() -> None:
 
     parsed = parse_transcript(PI_REAL)
     msgs = parsed.messages
-    assert parsed.format == "pi" and parsed.skipped == []
+    assert parsed.format == "pi" and len(parsed.skipped) == len(assistants) - len(useful)
+    assert all("assistant message with no text and no tool call" in reason for reason in parsed.skipped)
     assert_valid_openai_sequence(msgs)
     counts = Counter(m["role"] for m in msgs)
     assert counts["user"] == sum(1 for m in source if m["role"] == "user") == 88
@@ -117,6 +120,7 @@ def test_pi_real_session_counts_pairing_and_usage() -> None:
     real = [m for m in msgs if m["role"] == "tool" and m["tool_call_id"] not in synthetic]
     assert real and all(m["content"] == outputs[m["tool_call_id"]] for m in real)
     assert thoughts and not any(t in all_text(msgs) for t in thoughts)
+    assert all(any(t in (m.get("reasoning") or "") for m in msgs) for t in thoughts)
     for msg in (m for m in msgs if m["role"] == "assistant"):
         assert set(msg["metadata"]["usage"]) == {"input", "output", "cacheRead", "cacheWrite"}
         assert msg["metadata"]["model"] and msg["metadata"]["timestamp"].endswith("Z")
@@ -155,7 +159,7 @@ def test_claude_code_transcript(claude_file: Path) -> None:
         "source": "claude-code", "timestamp": TS, "model": "claude-opus-4-5-20251101",
         "usage": {"input": 3, "output": 12, "cacheRead": 36761, "cacheWrite": 857}, "stopReason": "tool_use",
     }  # fmt: skip
-    assert msgs[2]["id"] == "u2" and msgs[3]["content"] == "1 failed\n[image]"
+    assert msgs[2]["id"] == "u2" and msgs[3]["content"] == "1 failed\n[image]"  # tool messages carry text only
     assert msgs[3]["metadata"]["isError"] is True
     assert msgs[5]["metadata"]["isMeta"] is True
     assert msgs[6] == {"role": "user", "content": "also rename it", "id": "u5#2",
@@ -164,10 +168,14 @@ def test_claude_code_transcript(claude_file: Path) -> None:
     text_out = all_text(msgs)
     for hidden in ("SECRET-CC-THOUGHT", "sidechain", "abandoned", "API Error", "continued", "first try"):
         assert hidden not in text_out
-    assert skip_lines(parsed.skipped) == [f"line {n}" for n in (14, 15, 18, 19, 27, 16, 17, 23)]
-    assert "sidechain" in parsed.skipped[0] and "invalid JSON" in parsed.skipped[2]
-    assert "'x-future-entry'" in parsed.skipped[3] and "same uuid" in parsed.skipped[4]
-    assert "abandoned branch" in parsed.skipped[5] and "'toolu_ghost'" in parsed.skipped[7]
+    assert "SECRET-CC-THOUGHT" in first["reasoning"]
+    reasons = dict(reason.split(": ", 1) for reason in parsed.skipped)
+    assert sorted(reasons, key=lambda where: int(where.split()[1])) == [
+        f"line {n}" for n in (1, 2, 3, 8, 12, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 27, 29)]
+    assert "sidechain" in reasons["line 14"] and "invalid JSON" in reasons["line 18"]
+    assert "'x-future-entry'" in reasons["line 19"] and "same uuid" in reasons["line 27"]
+    assert "abandoned branch" in reasons["line 16"] and "'toolu_ghost'" in reasons["line 23"]
+    assert "API Error: 529" in reasons["line 24"] and "'progress' entry" in reasons["line 12"]
     assert parsed.suggested_session_id == "cc-sess"
     assert parsed.session == {
         "title": "Fix the parser",
@@ -249,7 +257,7 @@ def test_codex_old_layout_without_envelope(tmp_path: Path) -> None:
         cx_msg("assistant", "It failed."),
     ])  # fmt: skip
     parsed = parse_transcript(path)
-    assert parsed.format == "codex" and parsed.skipped == []
+    assert parsed.format == "codex" and parsed.skipped == ["line 3: resume state (old layout), not conversation"]
     assert shape(parsed.messages) == ["user", "assistant", "tool:call_1", "assistant"]
     assert parsed.messages[2]["content"] == "permission denied" and parsed.messages[2]["metadata"]["isError"]
     assert "timestamp" not in parsed.messages[0]["metadata"]
@@ -312,7 +320,7 @@ def test_auto_detection_reads_long_first_lines_whole(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "big.jsonl", [{"type": "custom-title", "customTitle": "Shot"}, pasted])
     parsed = parse_transcript(path)
     assert parsed.format == "claude-code" and parsed.session["title"] == "Shot"
-    assert parsed.messages[0]["content"] == [text("see"), text("[image]")]
+    assert parsed.messages[0]["content"][1]["image_url"]["url"] == "data:image/png;base64," + "A" * 5_000_000
 
 
 @pytest.mark.parametrize("fmt", ["auto", "pi", "claude-code", "codex", "openai"])

@@ -176,6 +176,30 @@ async def test_calibration_converges_on_the_providers_counts(tmp_path):
         assert calibrated == pytest.approx((raw + 8 * 6) * factor, rel=0.03)
 
 
+async def test_a_fixed_prompt_overhead_is_an_offset_not_a_ratio(tmp_path):
+    overhead = 20_000  # what a coding agent's system prompt and tool definitions add to every call
+    async with running_sidecar(settings=settings_for(tmp_path / "db.duckdb", compaction={"auto": False})) as client:
+        await ingest(client, "s", tool_rounds(2), contextWindow=200_000)
+        for turn in range(10):
+            result = await assembled(client)
+            prompt = overhead + round(result["tokens"] / result["usage"]["calibration"])
+            client.protocol.notify(methods.CONTEXT_REPORT_USAGE,
+                                   {"sessionId": "s", "inputTokens": prompt, "outputTokens": 0})
+            await ingest(client, "s", tool_rounds(4, size=800, prefix=f"r{turn}")[1:])
+        usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
+        assert usage["calibration"] == pytest.approx(1.0, abs=0.1)  # a plain ratio would sit at its 4.0 cap
+
+
+async def test_zero_provider_usage_is_ignored(tmp_path):
+    async with running_sidecar(settings=settings_for(tmp_path / "db.duckdb", compaction={"auto": False})) as client:
+        await ingest(client, "s", tool_rounds(5))
+        before = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
+        client.protocol.notify(methods.CONTEXT_REPORT_USAGE, {"sessionId": "s", "inputTokens": 0, "outputTokens": 0,
+                                                              "cacheReadTokens": 0, "cacheWriteTokens": 0})
+        after = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})  # answered after the notification
+        assert after == before and after["source"] == "estimate" and after["tokens"] > 0
+
+
 @pytest.mark.parametrize(("model", "window"), [
     ("gpt-4o", 128_000),
     ("claude-sonnet-4-5", 200_000),

@@ -104,16 +104,20 @@ def test_a_pruning_step_shows_as_a_prefix_miss_and_pruning_off_only_appends(tmp_
     # Turn N sends the N-1 turns before it (8,034 tokens each) and its user message: 8 + 8,034 (N-1).
     assert len(rows) == 9
     assert [int(sent.replace(",", "")) for _, _, sent, _, _ in rows[:8]] == [8 + 8034 * n for n in range(8)]
-    # Up to turn 8 the default pruning (outputs behind the newest 40,000 tokens, at least 20,000 of them) has
-    # nothing to do, so each prompt repeats the whole previous one: 8/8,042, 8,042/16,076, … 48,212/56,246.
-    assert [share for *_, share, _ in rows[:8]] == ["0.0", "0.1", "50.0", "66.7", "75.0", "80.0", "83.3", "85.7"]
-    # At turn 9 the outputs of turns 1-3 are 5 turns old: pruned, they rewrite the prompt from its third message.
-    # Appending alone would have repeated 56,246 of 64,280 tokens (87.5%).
-    assert float(rows[8][3]) < 87.5
+    # Each turn makes two prompts, one per step: A = H + 8 (history H = 8,034 (N-1) and the user message), then
+    # B = H + 8,026 (with the call and its output). Turn 1: A is all new, B repeats A's 8 of 8,026: 8/8,034.
+    # From turn 2 A repeats the previous B (H - 8) and B repeats A (H + 8): 2H / (2H + 8,034) = (2N-2)/(2N-1).
+    # Up to turn 7 the default pruning (outputs behind the newest 40,000 tokens, at least 20,000 of them) has
+    # nothing to do, so every prompt repeats the whole previous one.
+    assert [share for *_, share, _ in rows[:7]] == ["0.1", "66.7", "80.0", "85.7", "88.9", "90.9", "92.3"]
+    # Turn 8's second prompt (64,264 tokens) leaves the outputs of turns 1-3 (24,012 tokens) behind the newest
+    # 40,000: pruned, they rewrite the prompt from its third message; appending alone would have repeated 14/15
+    # of the turn's prompt tokens (93.3%).
+    assert float(rows[7][3]) < 93.3
     summary = table(result.stdout)
-    # Pruning off only appends: 8 x 8 + 8,034 x (0 + 1 + ... + 7) = 225,016 of 9 x 8 + 8,034 x 36 = 289,296
-    # tokens repeat (77.8%); cost 225,016 x 0.1 + 64,280 x 1.25 = 102,851.6.
-    assert summary["pruning off"] == "prefix hits 77.8%, input cost 102,852"
+    # Pruning off only appends. Prompt tokens: 8,034 x (2 x 36 + 9) = 650,754; repeated: 8 in turn 1, then
+    # 2 x 8,034 x (1 + ... + 8) = 578,448: 578,456 (88.9%); cost 578,456 x 0.1 + 72,298 x 1.25 = 148,218.1.
+    assert summary["pruning off"] == "prefix hits 88.9%, input cost 148,218"
     on_cost = int(summary["input cost"].split()[0].replace(",", ""))
     ratio = summary["cost ratio"].split("x")[0]
-    assert float(ratio) == pytest.approx(on_cost / 102_851.6, abs=0.006)
+    assert float(ratio) == pytest.approx(on_cost / 148_218.1, abs=0.006)

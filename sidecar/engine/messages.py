@@ -52,6 +52,8 @@ def check_message(message: Any, field: str) -> None:
         raise ParamsError("pinned must be a boolean", f"{field}.pinned")
     if "metadata" in message and message["metadata"] is not None and not isinstance(message["metadata"], dict):
         raise ParamsError("metadata must be an object", f"{field}.metadata")
+    if message.get("reasoning") is not None and (role != "assistant" or not isinstance(message["reasoning"], str)):
+        raise ParamsError("reasoning must be a string, on an assistant message", f"{field}.reasoning")
     if role == "tool":
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
@@ -152,13 +154,18 @@ def message_text(message: dict[str, Any]) -> str:
     for call in message.get("tool_calls") or ():
         function = call["function"]
         pieces.append(f"{function['name']}({function.get('arguments', '')})")
+    if isinstance(message.get("reasoning"), str):
+        pieces.append(message["reasoning"])  # searchable, though not sent unless asked for
     return "\n".join(pieces)
 
 
-def openai_view(raw: str) -> dict[str, Any]:
-    """The stored message with only the fields an OpenAI-compatible API accepts."""
+def openai_view(raw: str, reasoning: bool = False) -> dict[str, Any]:
+    """The stored message with only the fields an OpenAI-compatible API accepts (and its reasoning, if asked)."""
     message = json.loads(raw)
-    return {key: message[key] for key in OPENAI_FIELDS if key in message}
+    view = {key: message[key] for key in OPENAI_FIELDS if key in message}
+    if reasoning and isinstance(message.get("reasoning"), str):
+        view["reasoning"] = message["reasoning"]
+    return view
 
 
 class RenderedMessages:

@@ -20,8 +20,11 @@ _MODULES = {
 __all__ = ["FORMATS", "ImportFormatError", "ParsedTranscript", "detect_format", "parse_transcript"]
 
 
-def parse_transcript(path: str | Path, format: str = "auto") -> ParsedTranscript:
-    """Read a transcript file into OpenAI chat messages; format is one of FORMATS or "auto"."""
+def parse_transcript(path: str | Path, format: str = "auto", follow: bool = False) -> ParsedTranscript:
+    """Read a transcript file into OpenAI chat messages; format is one of FORMATS or "auto".
+
+    ``follow``: the file is being written, so a last line without its newline is left for a later read.
+    """
     path = Path(path)
     if format == "auto":
         detected = detect_format(path)
@@ -31,4 +34,4 @@ def parse_transcript(path: str | Path, format: str = "auto") -> ParsedTranscript
     if format not in _MODULES:
         raise ImportFormatError(f"unknown transcript format {format!r}; expected auto or one of {FORMATS}")
     module = importlib.import_module(_MODULES[format])
-    return module.parse(path)
+    return module.parse(path, follow=follow)

@@ -7,19 +7,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sidecar.importers.claude_attachments import attachment_messages
 from sidecar.importers.common import (
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
-    finalize,
+    image_part,
     iter_json_lines,
+    parsed,
+    parts_content,
+    reasoning_text,
     text_content,
     tool_call,
 )
 
 SOURCE = "claude-code"
-# Entry types that carry no conversation: titles, UI state, progress, timing, undo snapshots.
-_SILENT_TYPES = {
+# Entry types that carry no conversation: titles, UI state, progress, timing, undo snapshots, modes.
+_HARNESS_TYPES = {
     "summary",
     "system",
     "custom-title",
@@ -29,45 +33,65 @@ _SILENT_TYPES = {
     "queue-operation",
     "progress",
     "pr-link",
+    "last-prompt",
+    "permission-mode",
+    "mode",
+    "tag",
 }
-_DROPPED_BLOCKS = {"thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
+# Server-side tool blocks: the model's own web search, with no client tool call to answer.
+_SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result"}
 
 Entry = tuple[int, dict[str, Any]]
 
 
-def parse(path: Path) -> ParsedTranscript:
-    """Parse a Claude Code transcript JSONL file."""
+def parse(path: Path, follow: bool = False) -> ParsedTranscript:
+    """Parse a Claude Code transcript JSONL file (a main session, or a subagent's agent-*.jsonl)."""
     skipped: list[str] = []
+    lines: dict[int, str] = {}
     nodes: dict[str, Entry] = {}
     conversation: list[Entry] = []
+    sidechain: list[Entry] = []
     superseded: set[int] = set()
     titles: dict[str, str] = {}
     summaries: list[tuple[str, str]] = []
-    for lineno, _, obj in iter_json_lines(path, skipped):
+    for lineno, _, obj in iter_json_lines(path, skipped, lines, follow):
         kind = obj.get("type")
         uuid = obj.get("uuid")
         if isinstance(uuid, str) and uuid:
             earlier = nodes.get(uuid)
             if earlier is not None and earlier[1] == obj:
-                continue  # Resumed and compacted sessions copy entries verbatim.
+                skipped.append(f"line {lineno}: a verbatim copy of line {earlier[0]} (resumed session)")
+                continue
             if earlier is not None:
                 superseded.add(earlier[0])  # A retried response can reuse the uuid; the later one is live.
             nodes[uuid] = (lineno, obj)
-        if kind in ("user", "assistant"):
-            if not isinstance(uuid, str) or not uuid or not isinstance(obj.get("message"), dict):
-                skipped.append(f"line {lineno}: {kind} entry without a uuid or message")
+        if kind in ("user", "assistant", "attachment"):
+            body = "attachment" if kind == "attachment" else "message"
+            if not isinstance(uuid, str) or not uuid or not isinstance(obj.get(body), dict):
+                skipped.append(f"line {lineno}: {kind} entry without a uuid or {body}")
             elif obj.get("isSidechain"):
-                skipped.append(f"line {lineno}: sidechain (subagent) entry skipped")
+                sidechain.append((lineno, obj))
             else:
                 conversation.append((lineno, obj))
         elif kind == "custom-title" and isinstance(obj.get("customTitle"), str):
             titles["custom"] = obj["customTitle"]
+            skipped.append(f"line {lineno}: 'custom-title' entry read as the session title")
         elif kind == "ai-title" and isinstance(obj.get("aiTitle"), str):
             titles["ai"] = obj["aiTitle"]
+            skipped.append(f"line {lineno}: 'ai-title' entry read as the session title")
         elif kind == "summary" and isinstance(obj.get("summary"), str):
             summaries.append((str(obj.get("leafUuid")), obj["summary"]))
-        elif kind not in _SILENT_TYPES:
+            skipped.append(f"line {lineno}: 'summary' entry (a title Claude Code wrote)")
+        elif kind in _HARNESS_TYPES:
+            skipped.append(f"line {lineno}: {kind!r} entry (Claude Code's own state, not conversation)")
+        else:
             skipped.append(f"line {lineno}: unknown entry type {kind!r}")
+    subagent = not conversation and bool(sidechain)
+    if subagent:
+        conversation = sidechain  # A subagent's own file: every entry is on its sidechain.
+    else:
+        skipped.extend(f"line {n}: sidechain (subagent) entry; Claude Code 2 keeps those in agent-*.jsonl, "
+                       "import that file as its own session" for n, _ in sidechain)
     for lineno, _ in conversation:
         if lineno in superseded:
             skipped.append(f"line {lineno}: superseded by a later entry with the same uuid")
@@ -77,13 +101,18 @@ def parse(path: Path) -> ParsedTranscript:
     # Claude Code has written other sessions' summaries into a file; trust only ones that point here.
     own = [text for leaf, text in summaries if leaf in nodes]
     title = titles.get("custom") or titles.get("ai") or (own[-1] if own else None)
-    return ParsedTranscript(
-        format=SOURCE,
-        messages=finalize(messages, skipped, SOURCE),
-        skipped=skipped,
-        session=_session(conversation, title),
-        suggested_session_id=_first(conversation, "sessionId"),
-    )
+    session = _session(conversation, title)
+    suggested = _first(conversation, "sessionId")
+    if subagent:
+        agent = _first(conversation, "agentId")
+        facts = session.setdefault("metadata", {})
+        facts.pop("sourceSessionId", None)
+        if suggested:
+            facts["parentSession"] = suggested  # A subagent's entries carry the session that spawned it.
+        if agent:
+            facts["agentId"] = agent
+        suggested = f"{suggested}:agent-{agent}" if suggested and agent else path.stem
+    return parsed(SOURCE, messages, skipped, lines, session=session, suggested_session_id=suggested)
 
 
 def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: list[str]) -> list[Entry]:
@@ -112,6 +141,13 @@ def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: li
     lines = set(order)
     kept = [entry for entry in reversed(chain) if entry[0] in lines]
     kept_lines = {entry[0] for entry in kept}
+    # Claude Code writes each block of one response (thinking, text, every parallel tool_use) as its own entry,
+    # chained one after the other, and the conversation goes on from one of them: the others are still on it.
+    responses = {_response_id(obj) for _, obj in kept} - {None}
+    for entry in conversation:
+        if entry[0] not in kept_lines and _response_id(entry[1]) in responses:
+            kept.append(entry)
+            kept_lines.add(entry[0])
     calls = {call for _, obj in kept for call in _block_ids(obj, "tool_use", "id")}
     answered = {call for _, obj in kept for call in _block_ids(obj, "tool_result", "tool_use_id")}
     for entry in conversation:
@@ -119,17 +155,25 @@ def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: li
             continue
         results = _block_ids(entry[1], "tool_result", "tool_use_id")
         if results and _only_tool_results(entry[1]) and all(r in calls - answered for r in results):
-            # Parallel tool results can hang off the chain as siblings; they still answer calls on it.
+            # Parallel tool results hang off the chain as siblings; they still answer calls on it.
             kept.append(entry)
             answered.update(results)
         else:
             skipped.append(f"line {entry[0]}: on an abandoned branch (rewound or edited)")
-    return kept
+    return sorted(kept, key=lambda entry: entry[0])
+
+
+def _response_id(obj: dict[str, Any]) -> str | None:
+    """The API response id of an assistant entry (shared by the entries of one streamed response)."""
+    message = obj.get("message")
+    if obj.get("type") != "assistant" or not isinstance(message, dict):
+        return None
+    return message["id"] if isinstance(message.get("id"), str) and message["id"] else None
 
 
 def _block_ids(obj: dict[str, Any], kind: str, key: str) -> list[str]:
     """The key values of the entry's content blocks of the given type."""
-    content = obj["message"].get("content")
+    content = (obj.get("message") or {}).get("content")
     if not isinstance(content, list):
         return []
     return [
@@ -141,7 +185,7 @@ def _block_ids(obj: dict[str, Any], kind: str, key: str) -> list[str]:
 
 def _only_tool_results(obj: dict[str, Any]) -> bool:
     """True when every content block of the entry is a tool_result."""
-    content = obj["message"].get("content")
+    content = (obj.get("message") or {}).get("content")
     return isinstance(content, list) and all(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content
     )
@@ -153,24 +197,48 @@ def _convert(conversation: list[Entry], skipped: list[str]) -> list[dict[str, An
     assistants: dict[str, dict[str, Any]] = {}
     for lineno, obj in conversation:
         where = f"line {lineno}"
+        if obj["type"] == "attachment":
+            messages.extend(attachment_messages(obj, lineno, skipped))
+            continue
         message = obj["message"]
         if obj["type"] == "assistant":
             if obj.get("isApiErrorMessage") or message.get("model") == "<synthetic>":
-                continue  # Notices Claude Code wrote itself (API errors), never model output.
+                said = _short_text(message.get("content"))
+                skipped.append(f"{where}: a notice Claude Code wrote itself (API error or interruption), "
+                               f"not model output: {said!r}")
+                continue
             key = message.get("id") if isinstance(message.get("id"), str) else obj["uuid"]
             target = assistants.get(key)
             if target is None:
                 target = _new_assistant(obj, where)
                 assistants[key] = target
                 messages.append(target)
+            target["_lines"].append(lineno)
             _merge_assistant(target, obj, where, skipped)
-        elif not (obj.get("isCompactSummary") or obj.get("isVisibleInTranscriptOnly")):
+        elif obj.get("isCompactSummary") or obj.get("isVisibleInTranscriptOnly"):
             # A compact summary restates history that is imported in full; it would be a duplicate.
-            messages.extend(_user_messages(obj, where, skipped))
+            skipped.append(f"{where}: compaction summary restating earlier history (that history is imported)")
+        else:
+            converted = _user_messages(obj, where, skipped)
+            for msg in converted:
+                msg["_lines"] = [lineno]
+            messages.extend(converted)
     for msg in messages:
         msg.pop("_blocks", None)
-        msg.pop("_texts", None)
+        texts = msg.pop("_texts", None)
+        thinking = msg.pop("_thinking", None)
+        if texts is not None:
+            msg["content"] = text_content(texts)
+            reasoning = reasoning_text(thinking or [])
+            if reasoning:
+                msg["reasoning"] = reasoning
     return messages
+
+
+def _short_text(content: Any) -> str:
+    """The first 80 characters of an entry's text."""
+    said = " ".join(blocks_to_text(content).split())
+    return said if len(said) <= 80 else said[:79] + "…"
 
 
 def _new_assistant(obj: dict[str, Any], where: str) -> dict[str, Any]:
@@ -183,6 +251,8 @@ def _new_assistant(obj: dict[str, Any], where: str) -> dict[str, Any]:
         "_where": where,
         "_blocks": set(),
         "_texts": [],
+        "_thinking": [],
+        "_lines": [],
     }
 
 
@@ -209,9 +279,17 @@ def _merge_assistant(target: dict[str, Any], obj: dict[str, Any], where: str, sk
                 )
             else:
                 skipped.append(f"{where}: tool_use block without an id or name dropped")
-        elif kind not in _DROPPED_BLOCKS:
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            target["_thinking"].append(block["thinking"])
+        elif kind == "redacted_thinking":
+            # Encrypted: nothing readable; the data stays in the original line stored beside the message.
+            meta = target["metadata"]
+            meta["redactedThinking"] = meta.get("redactedThinking", 0) + 1
+        elif kind in _SERVER_BLOCKS:
+            meta = target["metadata"]
+            meta["serverToolBlocks"] = meta.get("serverToolBlocks", 0) + 1
+        else:
             skipped.append(f"{where}: unknown assistant content block {kind!r} dropped")
-    target["content"] = text_content(target["_texts"])
     meta = target["metadata"]
     if isinstance(message.get("model"), str):
         meta["model"] = message["model"]
@@ -223,7 +301,7 @@ def _merge_assistant(target: dict[str, Any], obj: dict[str, Any], where: str, sk
 
 
 def _user_messages(obj: dict[str, Any], where: str, skipped: list[str]) -> list[dict[str, Any]]:
-    """A user entry as tool messages (one per tool_result) followed by a user message for its text."""
+    """A user entry as tool messages (one per tool_result) followed by a user message for its text and images."""
     content = obj["message"].get("content")
     facts = {"isMeta": True} if obj.get("isMeta") else {}
     meta = base_metadata(SOURCE, obj.get("timestamp"), **facts)
@@ -233,7 +311,7 @@ def _user_messages(obj: dict[str, Any], where: str, skipped: list[str]) -> list[
         skipped.append(f"{where}: user entry without content")
         return []
     results: list[dict[str, Any]] = []
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -253,12 +331,16 @@ def _user_messages(obj: dict[str, Any], where: str, skipped: list[str]) -> list[
                 }
             )
         elif kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind in ("image", "document"):
-            texts.append(f"[{kind}]")
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            source = block["source"] if isinstance(block.get("source"), dict) else {}
+            image = image_part(source.get("media_type"), source.get("data"), source.get("url"))
+            parts.append(image or {"type": "text", "text": "[image]"})
+        elif kind == "document":
+            parts.append({"type": "text", "text": "[document]"})
         else:
             skipped.append(f"{where}: unknown user content block {kind!r} dropped")
-    body = text_content(texts)
+    body = parts_content(parts)
     out = results + ([_user("", where, body, meta)] if body is not None else [])
     for index, msg in enumerate(out):
         msg["id"] = obj["uuid"] if len(out) == 1 else f"{obj['uuid']}#{index + 1}"

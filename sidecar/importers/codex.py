@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,19 +11,19 @@ from sidecar.importers.common import (
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
-    finalize,
+    image_part,
     iter_json_lines,
+    parsed,
+    parts_content,
+    reasoning_text,
     stable_id,
-    text_content,
     tool_call,
 )
 
 SOURCE = "codex"
 _ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
-# Response items with nothing to import: hidden reasoning, server-side search, undo snapshots,
-# and encrypted compaction state.
+# Response items with nothing to import: server-side search, undo snapshots, and encrypted compaction state.
 _SILENT_ITEMS = {
-    "reasoning",
     "web_search_call",
     "ghost_snapshot",
     "compaction",
@@ -30,6 +32,8 @@ _SILENT_ITEMS = {
 }
 _ROLES = {"user": "user", "assistant": "assistant", "developer": "system", "system": "system"}
 _INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")
+# How exec outputs state their exit code: "Exit code: 1" (0.4x and later), "Process exited with code 1".
+_EXIT_CODE = re.compile(r"^(?:Exit code:|Process exited with code)\s*(-?\d+)", re.MULTILINE)
 
 
 class _State:
@@ -42,13 +46,20 @@ class _State:
         self.meta: dict[str, Any] | None = None
         self.model: str | None = None
         self.awaiting_usage: dict[str, Any] | None = None
+        self.reasoning: list[str] = []
+        """Reasoning summaries waiting for the assistant message they precede."""
+        self.encrypted: int = 0
+        self.reasoning_lines: list[int] = []
+        self.exit_codes: dict[str, int] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        self.lines: dict[int, str] = {}
 
 
-def parse(path: Path) -> ParsedTranscript:
+def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     """Parse a Codex rollout JSONL file."""
     state = _State()
     first = True
-    for lineno, raw, obj in iter_json_lines(path, state.skipped):
+    for lineno, raw, obj in iter_json_lines(path, state.skipped, state.lines, follow):
         kind = obj.get("type")
         where = f"line {lineno}"
         if kind in _ENVELOPES and "payload" in obj:
@@ -56,7 +67,7 @@ def parse(path: Path) -> ParsedTranscript:
         elif first and kind is None and isinstance(obj.get("id"), str) and "timestamp" in obj:
             state.meta = obj  # The old layout opens with the bare session meta.
         elif obj.get("record_type") == "state":
-            pass  # Old layout: resume bookkeeping, no conversation.
+            state.skipped.append(f"{where}: resume state (old layout), not conversation")
         elif "payload" in obj:
             state.skipped.append(f"{where}: unknown rollout line type {kind!r}")
         elif isinstance(kind, str) and kind not in _ENVELOPES:
@@ -64,13 +75,10 @@ def parse(path: Path) -> ParsedTranscript:
         else:
             state.skipped.append(f"{where}: unknown line (type {kind!r})")
         first = False
-    return ParsedTranscript(
-        format=SOURCE,
-        messages=finalize(state.messages, state.skipped, SOURCE),
-        skipped=state.skipped,
-        session=_session(state),
-        suggested_session_id=_session_id(state.meta),
-    )
+    if state.reasoning or state.encrypted:
+        state.skipped.append("end of file: reasoning with no assistant message after it yet")
+    return parsed(SOURCE, state.messages, state.skipped, state.lines, session=_session(state),
+                  suggested_session_id=_session_id(state.meta))
 
 
 def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None:
@@ -90,6 +98,8 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
         _response_item(state, lineno, raw, payload, obj.get("timestamp"))
     elif kind == "event_msg" and payload.get("type") == "token_count":
         _token_count(state, payload)
+    elif kind == "event_msg" and payload.get("type") == "exec_command_end":
+        _exit_code(state, payload.get("call_id"), payload.get("exit_code"))
 
 
 def _response_item(state: _State, lineno: int, raw: str, item: dict[str, Any], timestamp: Any) -> None:
@@ -109,6 +119,9 @@ def _response_item(state: _State, lineno: int, raw: str, item: dict[str, Any], t
         _call(state, msg_id, where, timestamp, call_id, "local_shell", item.get("action"))
     elif kind in ("function_call_output", "custom_tool_call_output"):
         _output(state, msg_id, where, item, timestamp)
+    elif kind == "reasoning":
+        _reasoning(state, item)
+        state.reasoning_lines.append(lineno)
     elif kind not in _SILENT_ITEMS:
         state.skipped.append(f"{where}: unknown response item type {kind!r}")
 
@@ -121,14 +134,16 @@ def _message(state: _State, msg_id: str, where: str, item: dict[str, Any], times
         state.skipped.append(f"{where}: message with role {item.get('role')!r} or content not understood")
         return
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for part in content:
         if not isinstance(part, dict):
             continue
         if isinstance(part.get("text"), str):
             texts.append(part["text"])
+            parts.append({"type": "text", "text": part["text"]})
         elif "image" in str(part.get("type", "")):
-            texts.append("[image]")
-    body = text_content(texts)
+            parts.append(image_part(None, None, part.get("image_url")) or {"type": "text", "text": "[image]"})
+    body = parts_content(parts)
     if body is None:
         return
     facts: dict[str, Any] = {}
@@ -137,10 +152,13 @@ def _message(state: _State, msg_id: str, where: str, item: dict[str, Any], times
     first_text = texts[0] if texts else ""
     if role == "user" and first_text.lstrip().startswith(_INJECTED_PREFIXES):
         facts["injected"] = True  # Context Codex adds itself (environment, AGENTS.md), not typed by the user.
-    msg = {"role": role, "content": body, "id": msg_id, "metadata": base_metadata(SOURCE, timestamp, **facts)}
+    msg: dict[str, Any] = {"role": role, "content": body, "id": msg_id,
+                           "metadata": base_metadata(SOURCE, timestamp, **facts)}
     msg["_where"] = where
+    msg["_lines"] = [int(where.split()[1])]
     state.messages.append(msg)
     if role == "assistant":
+        _take_reasoning(state, msg)
         state.awaiting_usage = msg
 
 
@@ -159,9 +177,12 @@ def _call(
             "id": msg_id,
             "metadata": base_metadata(SOURCE, timestamp, model=state.model),
             "_where": where,
+            "_lines": [],
         }
         state.messages.append(last)
     last.setdefault("tool_calls", []).append(tool_call(call_id, name, arguments))
+    last.setdefault("_lines", []).append(int(where.split()[1]))
+    _take_reasoning(state, last)
     state.awaiting_usage = last
 
 
@@ -173,21 +194,75 @@ def _output(state: _State, msg_id: str, where: str, item: dict[str, Any], timest
         return
     output = item.get("output")
     facts: dict[str, Any] = {}
+    if isinstance(output, str) and output.startswith("{"):
+        try:  # exec and apply_patch outputs of 0.2x-0.3x: {"output": ..., "metadata": {"exit_code": ...}}
+            decoded = json.loads(output)
+        except (json.JSONDecodeError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get("metadata"), dict) and "output" in decoded:
+            code = decoded["metadata"].get("exit_code")
+            if isinstance(code, int):
+                facts["exitCode"] = code
     if isinstance(output, dict):
         # Older rollouts stored {content, success}; newer ones a string or a list of content items.
         if output.get("success") is False:
             facts["isError"] = True
         output = output.get("content")
-    state.messages.append(
-        {
-            "role": "tool",
-            "tool_call_id": call_id,
-            "content": blocks_to_text(output),
-            "id": msg_id,
-            "metadata": base_metadata(SOURCE, timestamp, **facts),
-            "_where": where,
-        }
-    )
+    text = blocks_to_text(output)
+    if "exitCode" not in facts and (found := _EXIT_CODE.search(text[:400])):
+        facts["exitCode"] = int(found.group(1))
+    if "exitCode" not in facts and call_id in state.exit_codes:
+        facts["exitCode"] = state.exit_codes[call_id]
+    if facts.get("exitCode"):
+        facts["isError"] = True
+    msg = {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": text,
+        "id": msg_id,
+        "metadata": base_metadata(SOURCE, timestamp, **facts),
+        "_where": where,
+        "_lines": [int(where.split()[1])],
+    }
+    state.messages.append(msg)
+    state.outputs[call_id] = msg
+
+
+def _exit_code(state: _State, call_id: Any, code: Any) -> None:
+    """An exec_command_end event: the command's exit code, for its output before or after it."""
+    if not isinstance(call_id, str) or not isinstance(code, int) or isinstance(code, bool):
+        return
+    state.exit_codes[call_id] = code
+    output = state.outputs.get(call_id)
+    if output is not None and "exitCode" not in output["metadata"]:
+        output["metadata"]["exitCode"] = code
+        if code:
+            output["metadata"]["isError"] = True
+
+
+def _reasoning(state: _State, item: dict[str, Any]) -> None:
+    """A reasoning item: its readable summary (and text, when not encrypted) goes with the next assistant message."""
+    for key in ("summary", "content"):
+        for part in item.get(key) or ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                state.reasoning.append(part["text"])
+    if item.get("encrypted_content"):
+        state.encrypted += 1
+
+
+def _take_reasoning(state: _State, msg: dict[str, Any]) -> None:
+    """Attach the waiting reasoning to an assistant message."""
+    if state.reasoning:
+        joined = reasoning_text([msg.get("reasoning") or "", *state.reasoning])
+        if joined:
+            msg["reasoning"] = joined
+    if state.encrypted:
+        msg["metadata"]["encryptedReasoning"] = msg["metadata"].get("encryptedReasoning", 0) + state.encrypted
+    msg.setdefault("_lines", []).extend(state.reasoning_lines)
+    msg["_lines"].sort()
+    state.reasoning = []
+    state.encrypted = 0
+    state.reasoning_lines = []
 
 
 def _token_count(state: _State, payload: dict[str, Any]) -> None:

@@ -28,13 +28,33 @@ class ParsedTranscript:
     skipped: list[str] = attrs.field(factory=list)
     session: dict[str, Any] = attrs.field(factory=dict)
     suggested_session_id: str | None = None
+    sources: dict[str, list[str]] = attrs.field(factory=dict)
+    """Each message's original transcript lines, verbatim, by message id (stand-ins have none)."""
+    lines_read: int = 0
+    """JSON lines read, for saying why none counted."""
 
 
-def iter_json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """Yield (line number, raw line, object) for each JSON-object line, reporting the others."""
+def parsed(format: str, messages: list[dict[str, Any]], skipped: list[str], lines: dict[int, str],
+           **facts: Any) -> ParsedTranscript:
+    """The result of a parser: messages finalized, each with its original lines."""
+    final = finalize(messages, skipped, format)
+    sources = {m["id"]: [lines[n] for n in m.pop("_lines") if n in lines] for m in final if "_lines" in m}
+    return ParsedTranscript(format=format, messages=final, skipped=skipped, sources=sources,
+                            lines_read=len(lines), **facts)
+
+
+def iter_json_lines(path: Path, skipped: list[str], lines: dict[int, str] | None = None,
+                    follow: bool = False) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Yield (line number, raw line, object) for each JSON-object line, reporting the others.
+
+    ``lines`` collects the raw lines read; ``follow`` leaves a last line without its newline unread, as a file
+    being written has its last entry half written.
+    """
     # utf-8-sig drops a BOM; undecodable bytes must not abort a whole import.
-    with path.open(encoding="utf-8-sig", errors="replace") as fh:
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if follow and not raw.endswith("\n"):
+                return
             line = raw.strip()
             if not line:
                 continue
@@ -46,6 +66,8 @@ def iter_json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, str, 
             if not isinstance(obj, dict):
                 skipped.append(f"line {lineno}: not a JSON object")
                 continue
+            if lines is not None:
+                lines[lineno] = line
             yield lineno, line, obj
 
 
@@ -93,6 +115,29 @@ def text_content(texts: list[str]) -> str | list[dict[str, str]] | None:
     return [{"type": "text", "text": t} for t in texts]
 
 
+def image_part(media_type: Any, data: Any, url: Any = None) -> dict[str, Any] | None:
+    """An OpenAI image part from base64 data and its media type, or from a URL; None when neither is there."""
+    if isinstance(url, str) and url:
+        return {"type": "image_url", "image_url": {"url": url}}
+    if not isinstance(data, str) or not data:
+        return None
+    kind = media_type if isinstance(media_type, str) and media_type else "image/png"
+    return {"type": "image_url", "image_url": {"url": f"data:{kind};base64,{data}"}}
+
+
+def parts_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]] | None:
+    """OpenAI content from text and image parts: text alone as text_content makes it, else the parts."""
+    if all(part.get("type") == "text" for part in parts):
+        return text_content([part["text"] for part in parts])
+    return [part for part in parts if part.get("type") != "text" or part.get("text")]
+
+
+def reasoning_text(texts: list[str]) -> str | None:
+    """A message's ``reasoning`` field: its thinking or reasoning-summary texts, blank-line separated."""
+    texts = [t for t in texts if t and t.strip()]
+    return "\n\n".join(texts) if texts else None
+
+
 def blocks_to_text(content: Any) -> str:
     """Flatten tool-result content (string or content blocks) into one string."""
     if content is None:
@@ -137,8 +182,18 @@ def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
 
 
 def finalize(messages: list[dict[str, Any]], skipped: list[str], source: str) -> list[dict[str, Any]]:
-    """Pair tool calls with results, drop empty assistants, strip private keys, make ids unique."""
-    paired = _pair_tool_calls([m for m in messages if not _is_empty_assistant(m)], skipped, source)
+    """Pair tool calls with results, drop (and list) empty assistants, strip private keys, make ids unique."""
+    kept = []
+    for msg in messages:
+        if _is_empty_assistant(msg):
+            what = "only reasoning" if msg.get("reasoning") else "no text"
+            stop = (msg.get("metadata") or {}).get("stopReason")
+            why = f", stop reason {stop!r}" if stop else ""
+            skipped.append(f"{msg.get('_where', 'entry')}: assistant message with {what} and no tool call{why} "
+                           "(an OpenAI assistant message needs one)")
+        else:
+            kept.append(msg)
+    paired = _pair_tool_calls(kept, skipped, source)
     seen: dict[str, int] = {}
     out: list[dict[str, Any]] = []
     for msg in paired:

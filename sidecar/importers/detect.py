@@ -107,10 +107,10 @@ def classify_line(obj: dict[str, Any]) -> str | None:
 
 
 def _is_wrapped_messages(path: Path) -> bool:
-    """True when the whole file is one JSON object with a messages list."""
+    """True when the whole file is one JSON object with a messages list (or a SWE-agent trajectory's history)."""
     try:
         with path.open(encoding="utf-8-sig", errors="replace") as fh:
             obj = json.load(fh)
     except (json.JSONDecodeError, RecursionError):
         return False
-    return isinstance(obj, dict) and isinstance(obj.get("messages"), list)
+    return isinstance(obj, dict) and (isinstance(obj.get("messages"), list) or isinstance(obj.get("history"), list))

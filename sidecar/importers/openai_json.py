@@ -11,17 +11,17 @@ from sidecar.importers.common import (
     ParsedTranscript,
     arguments_json,
     blocks_to_text,
-    finalize,
     iso_timestamp,
     iter_json_lines,
+    parsed,
     stable_id,
 )
 
 SOURCE = "openai"
 
 
-def parse(path: Path) -> ParsedTranscript:
-    """Parse an OpenAI messages file, validating each message and skipping bad ones."""
+def parse(path: Path, follow: bool = False) -> ParsedTranscript:
+    """Parse an OpenAI messages file (or a SWE-agent trajectory's history), validating each message."""
     skipped: list[str] = []
     with path.open(encoding="utf-8-sig", errors="replace") as fh:
         text = fh.read()
@@ -34,26 +34,26 @@ def parse(path: Path) -> ParsedTranscript:
         data = None
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         wrapper, data = data, data["messages"]
+    elif isinstance(data, dict) and isinstance(data.get("history"), list):
+        wrapper, data = data, data["history"]  # A SWE-agent .traj file: the model's messages are its history.
+    lines: dict[int, str] = {}
     if isinstance(data, list):
-        entries = [(f"entry {index}", item) for index, item in enumerate(data)]
+        entries = [(f"entry {index}", index, item) for index, item in enumerate(data)]
+        lines = {index: json.dumps(item, ensure_ascii=False) for index, item in enumerate(data)}
     elif data is None or isinstance(data, dict):
         # Not one JSON document: read it as JSON Lines, one message per line.
-        entries = [(f"line {lineno}", obj) for lineno, _, obj in iter_json_lines(path, skipped)]
+        entries = [(f"line {n}", n, obj) for n, _, obj in iter_json_lines(path, skipped, lines, follow)]
     else:
         skipped.append("file: top-level JSON is neither a list of messages nor {messages: [...]}")
         entries = []
     messages = []
-    for where, item in entries:
+    for where, key, item in entries:
         msg = _validate(where, item, skipped)
         if msg is not None:
+            msg["_lines"] = [key]
             messages.append(msg)
-    return ParsedTranscript(
-        format=SOURCE,
-        messages=finalize(messages, skipped, SOURCE),
-        skipped=skipped,
-        session=_session(wrapper),
-        suggested_session_id=_string(wrapper.get("sessionId")) or _string(wrapper.get("id")),
-    )
+    return parsed(SOURCE, messages, skipped, lines, session=_session(wrapper),
+                  suggested_session_id=_string(wrapper.get("sessionId")) or _string(wrapper.get("id")))
 
 
 def _validate(where: str, item: Any, skipped: list[str]) -> dict[str, Any] | None:
@@ -83,6 +83,12 @@ def _validate(where: str, item: Any, skipped: list[str]) -> dict[str, Any] | Non
             msg["tool_calls"] = calls
     if role == "tool":
         call_id = item.get("tool_call_id")
+        ids = item.get("tool_call_ids")
+        if not call_id and isinstance(ids, list) and ids and all(isinstance(i, str) and i for i in ids):
+            # SWE-agent names the calls a tool message answers in a list (one call per step in practice).
+            call_id = ids[0]
+            if len(ids) > 1:
+                skipped.append(f"{where}: tool message answers {len(ids)} calls; kept as the answer to {ids[0]!r}")
         if not isinstance(call_id, str) or not call_id:
             skipped.append(f"{where}: tool message without a tool_call_id")
             return None
@@ -90,6 +96,9 @@ def _validate(where: str, item: Any, skipped: list[str]) -> dict[str, Any] | Non
     if role == "assistant" and not msg["content"] and not msg.get("tool_calls"):
         skipped.append(f"{where}: assistant message with neither content nor tool_calls")
         return None
+    reasoning = item.get("reasoning") or item.get("reasoning_content")
+    if role == "assistant" and isinstance(reasoning, str) and reasoning.strip() and reasoning != msg["content"]:
+        msg["reasoning"] = reasoning
     msg["id"] = _string(item.get("id")) or _hash_id(where, item)
     msg["metadata"] = _metadata(item)
     msg["_where"] = where
@@ -108,12 +117,15 @@ def _content(content: Any, role: str) -> tuple[Any, str | None]:
         return content, None
     if not isinstance(content, list):
         return None, "content must be a string, a list of parts, or null"
-    parts: list[dict[str, str]] = []
+    parts: list[dict[str, Any]] = []
     for part in content:
         if isinstance(part, str):
             parts.append({"type": "text", "text": part})
         elif isinstance(part, dict) and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
+        elif isinstance(part, dict) and part.get("type") == "image_url" and isinstance(part.get("image_url"), dict) \
+                and isinstance(part["image_url"].get("url"), str) and part["image_url"]["url"]:
+            parts.append({"type": "image_url", "image_url": part["image_url"]})
         elif isinstance(part, dict) and "image" in str(part.get("type", "")):
             parts.append({"type": "text", "text": "[image]"})
         elif isinstance(part, dict) and part.get("type") in ("refusal", "input_audio", "file"):

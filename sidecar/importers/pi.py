@@ -9,8 +9,11 @@ from sidecar.importers.common import (
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
-    finalize,
+    image_part,
     iter_json_lines,
+    parsed,
+    parts_content,
+    reasoning_text,
     stable_id,
     text_content,
     tool_call,
@@ -38,12 +41,13 @@ _BRANCH_SUFFIX = "</summary>"
 Entry = tuple[int, str, dict[str, Any]]
 
 
-def parse(path: Path) -> ParsedTranscript:
+def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     """Parse a pi session JSONL file."""
     skipped: list[str] = []
+    lines: dict[int, str] = {}
     header: dict[str, Any] | None = None
     entries: list[Entry] = []
-    for lineno, raw, obj in iter_json_lines(path, skipped):
+    for lineno, raw, obj in iter_json_lines(path, skipped, lines, follow):
         kind = obj.get("type")
         if kind == "session":
             if header is None:
@@ -61,21 +65,16 @@ def parse(path: Path) -> ParsedTranscript:
         kind = obj["type"]
         _note_session_fact(session, obj)
         if kind in _SILENT_TYPES:
-            continue
+            continue  # Settings changes pi never sends to the model; read into the session facts above.
         if kind not in _MESSAGE_TYPES:
             skipped.append(f"line {lineno}: unknown entry type {kind!r}")
             continue
         msg = _convert(lineno, raw, obj, skipped)
         if msg is not None:
+            msg["_lines"] = [lineno]
             messages.append(msg)
     suggested = header.get("id") if header and isinstance(header.get("id"), str) else None
-    return ParsedTranscript(
-        format=SOURCE,
-        messages=finalize(messages, skipped, SOURCE),
-        skipped=skipped,
-        session=_tidy_session(session),
-        suggested_session_id=suggested,
-    )
+    return parsed(SOURCE, messages, skipped, lines, session=_tidy_session(session), suggested_session_id=suggested)
 
 
 def _active_branch(entries: list[Entry], header: dict[str, Any] | None, skipped: list[str]) -> list[Entry]:
@@ -153,12 +152,12 @@ def _convert(lineno: int, raw: str, obj: dict[str, Any], skipped: list[str]) -> 
 def _user(msg_id: str, where: str, content: Any, timestamp: Any, **facts: Any) -> dict[str, Any] | None:
     """A user message from pi content (string or text/image blocks)."""
     if isinstance(content, str):
-        texts = [content]
+        parts = [{"type": "text", "text": content}]
     elif isinstance(content, list):
-        texts = [_block_text(b) for b in content if isinstance(b, dict)]
+        parts = [_block_part(b) for b in content if isinstance(b, dict)]
     else:
         return None
-    body = text_content(texts)
+    body = parts_content(parts)
     if body is None:
         return None
     return {
@@ -173,7 +172,7 @@ def _user(msg_id: str, where: str, content: Any, timestamp: Any, **facts: Any) -
 def _assistant(
     msg_id: str, where: str, message: dict[str, Any], timestamp: Any, skipped: list[str]
 ) -> dict[str, Any] | None:
-    """An assistant message: text kept, thinking dropped, toolCall blocks as tool_calls."""
+    """An assistant message: text kept, thinking as ``reasoning``, toolCall blocks as tool_calls."""
     content = message.get("content")
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
@@ -181,6 +180,7 @@ def _assistant(
         skipped.append(f"{where}: assistant message without content")
         return None
     texts: list[str] = []
+    thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in content:
         if not isinstance(block, dict):
@@ -188,6 +188,8 @@ def _assistant(
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thinking.append(block["thinking"])
         elif kind == "toolCall":
             if isinstance(block.get("id"), str) and block["id"] and isinstance(block.get("name"), str):
                 calls.append(tool_call(block["id"], block["name"], block.get("arguments")))
@@ -196,6 +198,9 @@ def _assistant(
     msg: dict[str, Any] = {"role": "assistant", "content": text_content(texts), "id": msg_id}
     if calls:
         msg["tool_calls"] = calls
+    reasoning = reasoning_text(thinking)
+    if reasoning:
+        msg["reasoning"] = reasoning
     error = message.get("errorMessage")
     msg["metadata"] = base_metadata(
         SOURCE,
@@ -230,13 +235,13 @@ def _tool_result(
     }
 
 
-def _block_text(block: dict[str, Any]) -> str:
-    """Text of a user content block; images become a placeholder."""
+def _block_part(block: dict[str, Any]) -> dict[str, Any]:
+    """A user content block as an OpenAI part: text, or an image part from pi's base64 data."""
     if block.get("type") == "text" and isinstance(block.get("text"), str):
-        return block["text"]
+        return {"type": "text", "text": block["text"]}
     if block.get("type") == "image":
-        return "[image]"
-    return ""
+        return image_part(block.get("mimeType"), block.get("data")) or {"type": "text", "text": "[image]"}
+    return {"type": "text", "text": ""}
 
 
 def _bash_text(message: dict[str, Any]) -> str:

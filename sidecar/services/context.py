@@ -35,7 +35,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
     plan = choose_items(sidecar, session, budget, fresh_tail, prune)
-    messages, items = render(sidecar, session, plan)
+    messages, items = render(sidecar, session, plan, bool(params.reasoning))
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
             "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
@@ -73,8 +73,12 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
-def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[bytes], list[str]]:
-    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text)."""
+def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
+           reasoning: bool = False) -> tuple[list[bytes], list[str]]:
+    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text).
+
+    ``reasoning``: messages keep their stored reasoning; those renderings are made afresh, never kept.
+    """
     store = sidecar.store()
     rendered = sidecar.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
@@ -88,7 +92,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
             items.append(f'{{"kind":"summary","id":{dumps(item.ref_id)},"tokens":{item.tokens}}}')
             continue
         pruned = item.position in plan.pruned
-        entry = None if item.position in plan.answered else rendered.get(item.position, pruned)
+        entry = None if reasoning or item.position in plan.answered else rendered.get(item.position, pruned)
         tail = f'{PLACEHOLDER_TOKENS},"pruned":true}}' if pruned else f"{item.tokens}}}"
         if entry is None:
             missing.append((len(messages), item))
@@ -98,7 +102,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
             messages.append(entry[0])
             items.append(entry[1] + tail)
     if missing:
-        _render_missing(sidecar, session, plan, messages, items, missing)
+        _render_missing(sidecar, session, plan, messages, items, missing, reasoning)
     # A call left with no results and no text renders as nothing: drop it and its entry.
     keep = [index for index, text in enumerate(messages) if text]
     if len(keep) != len(messages):
@@ -107,16 +111,19 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
 
 
 def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[bytes], items: list[str],
-                    missing: list[tuple[int, ItemRow]]) -> None:
+                    missing: list[tuple[int, ItemRow]], reasoning: bool = False) -> None:
     """Render, from the stored JSON, messages not kept rendered and those whose tool calls are trimmed."""
     raws = sidecar.store().message_raws(session.session_id, [item.position for _, item in missing])
     for index, item in missing:
         pruned = item.position in plan.pruned
-        message = openai_view(raws[item.position])
+        message = openai_view(raws[item.position], reasoning)
         if pruned:
             message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
         head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
         items[index] = head + items[index]
+        if reasoning and item.position not in plan.answered:
+            messages[index] = utf8(dumps(message))
+            continue
         if item.position not in plan.answered:
             messages[index] = sidecar.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]
             continue
@@ -139,6 +146,8 @@ def render_stored_summary(summary: SummaryRow) -> str:
 
 CALIBRATION_SMOOTHING = 0.5
 CALIBRATION_BOUNDS = (0.25, 4.0)
+OVERHEAD_SAMPLES = 8
+"""Recent reports a session's prompt overhead is fitted on."""
 MIN_CALIBRATION_BASIS = 256
 """Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
 
@@ -157,12 +166,17 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         log.warning("context/reportUsage for unknown session %r ignored", params.session_id)
         return None
     prompt = params.input_tokens + counts["cacheReadTokens"] + counts["cacheWriteTokens"]
+    if prompt == 0:
+        # Some backends write zeros where they count nothing; taken as real, the context would look empty.
+        log.warning("context/reportUsage for %r ignored: 0 prompt tokens is no count of a real prompt",
+                    params.session_id)
+        return None
     revision, basis = sidecar.assembled.get(session.session_id, (None, 0.0))
     if revision != session.revision:
         basis = sidecar.estimated_tokens(session) / session.calibration
     calibration = session.calibration
-    if basis >= MIN_CALIBRATION_BASIS and prompt > 0:
-        sample = prompt / basis
+    if basis >= MIN_CALIBRATION_BASIS:
+        sample = calibration_sample(sidecar.prompt_samples.setdefault(session.session_id, []), basis, prompt)
         calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
@@ -170,6 +184,25 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
     reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))
+
+
+def calibration_sample(samples: list[tuple[float, int]], basis: float, prompt: int) -> float:
+    """Provider tokens per estimated token, with a fixed prompt overhead (system prompt, tools) taken out.
+
+    The overhead is not in the stored history, so it is an offset, not a ratio: once the recent reports span
+    contexts of different sizes (the largest 1.5 times the smallest), a line through them separates the two.
+    """
+    samples.append((basis, prompt))
+    del samples[:-OVERHEAD_SAMPLES]
+    low, high = min(b for b, _ in samples), max(b for b, _ in samples)
+    if high < 1.5 * low:
+        return prompt / basis
+    mean_b = sum(b for b, _ in samples) / len(samples)
+    mean_p = sum(p for _, p in samples) / len(samples)
+    slope = sum((b - mean_b) * (p - mean_p) for b, p in samples) / sum((b - mean_b) ** 2 for b, _ in samples)
+    if mean_p - slope * mean_b < 0:  # no overhead after all: the plain ratio
+        return mean_p / mean_b
+    return slope
 
 
 def usage(sidecar: Sidecar, params: UsageParams) -> Usage:

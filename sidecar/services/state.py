@@ -43,6 +43,8 @@ class Sidecar:
     compacting: set[str] = attrs.field(factory=set)
     assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
     """Per session: (revision, uncalibrated tokens) of the last assembled context, the basis of calibration."""
+    prompt_samples: dict[str, list[tuple[float, int]]] = attrs.field(factory=dict)
+    """Per session: recent (estimated, provider-counted) prompt tokens, to tell a fixed overhead from a ratio."""
     recent_calls: dict[str, dict[str, str]] = attrs.field(factory=dict)
     """Per session: the tool name of recent tool calls, by call id."""
     rendered: RenderedMessages = attrs.field(factory=RenderedMessages)
@@ -98,7 +100,7 @@ class Sidecar:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
         if session_id is None:
             self.rendered.clear()
-        for table in (self.assembled, self.recent_calls, self.auto_backoff, self.auto_idle_at):
+        for table in (self.assembled, self.recent_calls, self.prompt_samples, self.auto_backoff, self.auto_idle_at):
             if session_id is None:
                 table.clear()
             else:

@@ -23,6 +23,7 @@ from sidecar.storage.connection import (
     connect,
     invalidating,
 )
+from sidecar.storage.imports import ImportWrites
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.migrations import MIGRATIONS
@@ -46,7 +47,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, LineageQueries, AnchorQueries):
+class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:
@@ -254,7 +255,8 @@ class Storage(IngestWrites, LineageQueries, AnchorQueries):
         self._sessions.pop(session_id, None)
         self._anchors.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
-                     for table in ("summary_sources", "context_items", "summaries", "messages", "sessions")])
+                     for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",
+                                   "sessions")])
         return True
 
     def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:

@@ -134,9 +134,24 @@ def m004_pinned_rules(db: duckdb.DuckDBPyConnection) -> None:
     db.execute("ALTER TABLE summaries ADD COLUMN rules_left_out VARCHAR[]")
 
 
+def m005_message_sources(db: duckdb.DuckDBPyConnection) -> None:
+    """The original transcript lines an imported message was converted from, verbatim (a JSON array of strings)."""
+    db.execute(
+        """
+        CREATE TABLE message_sources (
+            session_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            lines VARCHAR NOT NULL,
+            PRIMARY KEY (session_id, id)
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
     ("004_pinned_rules", m004_pinned_rules),
+    ("005_message_sources", m005_message_sources),
 ]

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "or OpenAI messages JSON/JSONL")
     imp.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file name)")
     imp.add_argument("--format", choices=FORMAT_CHOICES, default="auto", help="transcript format (default auto)")
+    imp.add_argument("--follow", action="store_true",
+                     help="keep watching FILE as an agent writes it (pi, Claude Code, Codex) and import each new "
+                          "entry within a second; a deleted file is waited for; Ctrl-C stops (exit 0)")
 
     replay_db = "DuckDB file to keep the replayed session in; default: a fresh temporary file, removed afterwards"
     replay = commands.add_parser(
@@ -133,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "import":
         from sidecar.tools.import_command import run_import
 
-        return run_import(args.file, db=args.db, session=args.session, fmt=args.format)
+        return run_import(args.file, db=args.db, session=args.session, fmt=args.format, follow=args.follow)
     if args.command == "replay":
         from sidecar.tools.replay import run_replay
 

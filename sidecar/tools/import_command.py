@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.tools import SERVER_COMMAND, plural, say, usage_text
+from sidecar.tools.follow import Follower, Step
 
 # Importing stores history; compacting it is for the next agent or editor session that uses it.
 SETTINGS = {"compaction": {"auto": False}}
+GROUPED = 3
+"""Skip reasons shared by more lines than this are printed once, with the line numbers."""
 
 
-def run_import(path: str, db: str | None, session: str | None, fmt: str) -> int:
-    """Import one transcript; returns the exit code."""
+def run_import(path: str, db: str | None, session: str | None, fmt: str, follow: bool = False) -> int:
+    """Import one transcript (or follow it until Ctrl-C); returns the exit code."""
+    target = Path(path).expanduser().resolve()
     try:
-        return asyncio.run(_import(Path(path).expanduser().resolve(), db, session, fmt))
+        if follow:
+            return asyncio.run(_follow(target, db, session, fmt))
+        return asyncio.run(_import(target, db, session, fmt))
     except SidecarRequestError as error:
         print(f"context-sidecar import: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        say("context-sidecar import: stopped")
+        return 0
 
 
 async def _import(path: Path, db: str | None, session: str | None, fmt: str) -> int:
@@ -28,18 +39,67 @@ async def _import(path: Path, db: str | None, session: str | None, fmt: str) -> 
         result = await client.import_transcript(str(path), session_id=session, format=fmt)
         storage = client.capabilities.get("storage")
         pid = client.process.pid if client.process else "?"
-    stored = len(result.ids) - result.duplicates
+    replaced = result.replaced or 0
+    stored = len(result.ids) - result.duplicates - replaced
     say(f"context-sidecar import: {path.name} ({result.format}) into session {result.session_id}")
     say(f"  storage: {storage} (sidecar pid {pid})")
     say(f"  {plural(stored, 'message')} stored, {result.duplicates:,} already in the session, "
-        f"{plural(len(result.skipped), 'line')} skipped")
-    for reason in sorted(result.skipped, key=_line_number):
-        say(f"  skipped {reason}")
+        + (f"{replaced:,} updated, " if replaced else "") + f"{plural(len(result.skipped), 'line')} skipped")
+    for line in skip_lines(result.skipped):
+        say(f"  skipped {line}")
     say(f"  usage: {usage_text(result.usage)}")
     return 0
 
 
-def _line_number(reason: str) -> int:
-    """The line a skip reason names ("line 12: ..."), for listing them in file order."""
-    match = re.match(r"line (\d+)", reason)
-    return int(match.group(1)) if match else sys.maxsize
+async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> int:
+    if not path.parent.is_dir():
+        print(f"context-sidecar import: error: no directory {path.parent}", file=sys.stderr)
+        return 1
+    # A terminal's Ctrl-C reaches the whole process group: the sidecar is to end when we shut it down, after
+    # the last import, not in the middle of one, so it starts with SIGINT ignored.
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spawning = SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=SETTINGS)
+        client = await spawning
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    async with client:
+        await client.sessions()  # opens the database now, so the first entry is not kept waiting for it
+        follower = Follower(client, path, session, fmt)
+        say(f"context-sidecar import: following {path} (Ctrl-C stops)")
+        say(f"  storage: {client.capabilities.get('storage')}")
+        await follower.run(lambda step: _report(follower, step))  # until Ctrl-C: KeyboardInterrupt, exit 0
+    return 0
+
+
+def _report(follower: Follower, step: Step) -> None:
+    """One line per change: what was stored, then new skip reasons and what happened to the file."""
+    for note in step.notes:
+        say(f"  {note}")
+    if step.stored or step.replaced:
+        usage = follower.last.usage if follower.last else None
+        figure = f"; {usage.tokens:,} tokens ({usage.percent:.1f}%)" if usage else ""
+        say(f"  +{plural(step.stored, 'message')}" + (f", {step.replaced:,} updated" if step.replaced else "")
+            + f" in session {follower.session}{figure}")
+    for line in skip_lines(step.skipped):
+        say(f"  skipped {line}")
+
+
+def skip_lines(reasons: list[str]) -> list[str]:
+    """Skip reasons in file order; a reason shared by many lines is printed once with their numbers."""
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    others: list[str] = []
+    for reason in reasons:
+        match = re.match(r"line (\d+): (.*)$", reason, re.DOTALL)
+        if match:
+            by_reason[match.group(2)].append(int(match.group(1)))
+        else:
+            others.append(reason)
+    out: list[tuple[int, str]] = []
+    for reason, numbers in by_reason.items():
+        if len(numbers) > GROUPED:
+            shown = ", ".join(str(n) for n in numbers[:8]) + (", …" if len(numbers) > 8 else "")
+            out.append((numbers[0], f"{len(numbers)} lines ({shown}): {reason}"))
+        else:
+            out.extend((n, f"line {n}: {reason}") for n in numbers)
+    return [text for _, text in sorted(out)] + others

@@ -42,6 +42,16 @@ class Turn:
         """All messages of the turn in order."""
         return self.opening + self.rest
 
+    @property
+    def steps(self) -> list[list[Message]]:
+        """The rest as agent steps: each assistant message with the tool results (and notes) after it."""
+        steps: list[list[Message]] = []
+        for message in self.rest:
+            if message.get("role") == "assistant" or not steps:
+                steps.append([])
+            steps[-1].append(message)
+        return steps
+
 
 @dataclasses.dataclass
 class Stats:
@@ -219,18 +229,35 @@ class _Replay:
             say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
-        """Ingest the user message, assemble as the agent would, ingest the reply, report usage, settle."""
+        """Ingest the user message, then each step as an agent makes it: assemble, report the call's usage, ingest
+        the reply and its tool results, let any compaction finish (so long one-prompt runs compact mid-run)."""
         await self._ingest(client, turn.opening, first=previous is None)
         if previous is None:
             await self._columns(client)
-        assembled = await self._assemble(client)
-        cost = self.cache.send(assembled.messages, [item.tokens for item in assembled.items])
-        if turn.rest:
-            await self._ingest(client, turn.rest, first=False)
-        await self._report(client, turn)
+        turn_cost: PromptCost | None = None
+        sent: int | None = None
+        for step in turn.steps:
+            assembled = await self._assemble(client)  # the call that produced this step's assistant message
+            sent = assembled.tokens if sent is None else sent
+            turn_cost = self._price(assembled, turn_cost)
+            await self._report(client, turn, step, assembled)  # what the provider counted for that very call
+            await self._ingest(client, step, first=False)
+            await self._settle(client)
+        if sent is None:
+            assembled = await self._assemble(client)
+            sent, turn_cost = assembled.tokens, self._price(assembled, None)
+        assert turn_cost is not None
         usage = await self._settle(client)
-        self._line(turn, assembled.tokens, cost, usage, previous)
+        self._line(turn, sent, turn_cost, usage, previous)
         return usage
+
+    def _price(self, assembled: AssembleResult, turn: PromptCost | None) -> PromptCost:
+        """Count one prompt in the cache model; added to the turn's prompts so far."""
+        cost = self.cache.send(assembled.messages, [item.tokens for item in assembled.items])
+        if turn is None:
+            return cost
+        return PromptCost(turn.tokens + cost.tokens, turn.repeated + cost.repeated, turn.kept,
+                          turn.previous_tokens, turn.cost + cost.cost)
 
     async def _assemble(self, client: SidecarClient) -> AssembleResult:
         """context/assemble with the default budget, as the agent's next call."""
@@ -240,14 +267,12 @@ class _Replay:
         self.stats.last_sent = (len(assembled.messages), assembled.tokens)
         return assembled
 
-    async def _report(self, client: SidecarClient, turn: Turn) -> None:
-        """context/reportUsage with the turn's last provider usage, while it describes a prompt the sidecar sends."""
-        reported = provider_usage(turn.rest)
+    async def _report(self, client: SidecarClient, turn: Turn, step: list[Message], call: AssembleResult) -> None:
+        """context/reportUsage with the step's provider usage, while it describes a prompt the sidecar sends."""
+        reported = provider_usage(step)
         if reported is None or self.report_usage == "never":
             return
-        # The agent assembles before its last call of the turn too; that call is what the provider counted.
-        last_call = await self._assemble(client)
-        if self.report_usage == "auto" and _reshaped(last_call):
+        if self.report_usage == "auto" and _reshaped(call):
             self.report_usage = "never"
             self.notes.append(f"from turn {turn.number} on, the transcript's provider usage is not reported: it "
                               "counts the original agent's prompt, and the sidecar now sends a pruned or compacted one")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
-ALLOWED_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "id", "metadata"}
+ALLOWED_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "id", "metadata", "reasoning"}
+"""``reasoning`` is the importers' field for thinking; assemble sends it only when asked."""
 
 
 def assert_valid_openai_sequence(messages: list[dict[str, Any]], *, allow_extra_keys: bool = False) -> None:
@@ -20,7 +21,9 @@ def assert_valid_openai_sequence(messages: list[dict[str, Any]], *, allow_extra_
         if not allow_extra_keys:
             extra = set(msg) - ALLOWED_KEYS
             assert not extra, f"{where}: unexpected keys {sorted(extra)}"
-        _check_content(msg.get("content"), where, nullable=role == "assistant")
+        _check_content(msg.get("content"), where, nullable=role == "assistant", images=role == "user")
+        if "reasoning" in msg:
+            assert role == "assistant" and isinstance(msg["reasoning"], str), f"{where}: reasoning is assistant text"
         if "id" in msg:
             assert isinstance(msg["id"], str) and msg["id"], f"{where}: id must be a non-empty string"
         if "metadata" in msg:
@@ -55,8 +58,8 @@ def assert_valid_openai_sequence(messages: list[dict[str, Any]], *, allow_extra_
     assert not pending, f"tool calls {sorted(pending)} are never answered"
 
 
-def _check_content(content: Any, where: str, *, nullable: bool) -> None:
-    """Content is a string, a list of text parts, or (when allowed) null."""
+def _check_content(content: Any, where: str, *, nullable: bool, images: bool = False) -> None:
+    """Content is a string, a list of text parts (and image parts for users), or (when allowed) null."""
     if content is None:
         assert nullable, f"{where}: content must not be null"
         return
@@ -64,6 +67,10 @@ def _check_content(content: Any, where: str, *, nullable: bool) -> None:
         return
     assert isinstance(content, list), f"{where}: content must be a string, a list of parts or null"
     for part in content:
+        if images and isinstance(part, dict) and part.get("type") == "image_url":
+            url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+            assert isinstance(url, str) and url, f"{where}: image part without a url"
+            continue
         assert isinstance(part, dict) and part.get("type") == "text", f"{where}: bad content part {part!r}"
         assert isinstance(part.get("text"), str), f"{where}: text part without text"
 
