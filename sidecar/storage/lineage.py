@@ -90,19 +90,40 @@ class LineageQueries:
             [session_id, kind, ref_id],
         ).fetchall()]
 
-    def covering_summary(self, session_id: str, message_id: str) -> str | None:
-        """The summary of the current context that stands for a compacted message, if any."""
-        frontier = self.parents(session_id, "message", message_id)
-        seen: set[str] = set()
-        while frontier:
-            summary_id = frontier.pop(0)
-            if summary_id in seen:
-                continue
-            seen.add(summary_id)
-            if self.in_context(session_id, "summary", summary_id):
-                return summary_id
-            frontier.extend(self.parents(session_id, "summary", summary_id))
-        return None
+    def covering_summaries(self, session_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """For each compacted message among ``message_ids``, the summary of the current context that stands for it.
+
+        One recursive query up the lineage for all of them: a chain of queries per message cost 3.8 ms each.
+        Messages still in the context (or covered by nothing in it) are left out.
+        """
+        session = self.session(session_id)
+        if session is None or not message_ids:
+            return {}
+        rows = self._db.execute(
+            """
+            WITH RECURSIVE up(message_id, summary_id, depth) AS (
+                SELECT source_id, summary_id, 1 FROM summary_sources
+                WHERE session_id = ? AND source_kind = 'message' AND list_contains(?, source_id)
+                UNION ALL
+                SELECT up.message_id, s.summary_id, up.depth + 1 FROM up JOIN summary_sources s
+                    ON s.session_id = ? AND s.source_kind = 'summary' AND s.source_id = up.summary_id
+            )
+            SELECT up.message_id, arg_min(up.summary_id, up.depth) FROM up
+            JOIN context_items c ON c.session_id = ? AND c.kind = 'summary' AND c.ref_id = up.summary_id
+            GROUP BY up.message_id
+            """,
+            [session_id, list(message_ids), session_id, session_id]).fetchall()
+        found = dict(rows)
+        if not found:
+            return found
+        # A message in the context is not covered even if an ancestor is (none is, as compaction works today).
+        present = self._db.execute(
+            "SELECT ref_id FROM context_items WHERE session_id = ? AND kind = 'message' AND list_contains(?, ref_id) "
+            "UNION ALL SELECT id FROM messages WHERE session_id = ? AND seq > ? AND list_contains(?, id)",
+            [session_id, list(found), session_id, session.live_after, list(found)]).fetchall()
+        for (message_id,) in present:
+            found.pop(message_id, None)
+        return found
 
     def context(self, session: SessionRow) -> list[ItemRow]:
         """The session's whole current context, in order; from the tail cache when it holds all of it."""
