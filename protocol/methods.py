@@ -13,6 +13,7 @@ MEMORY_DESCRIBE = "memory/describe"
 MEMORY_SESSIONS = "memory/sessions"
 MEMORY_DELETE_SESSION = "memory/deleteSession"
 MEMORY_IMPORT = "memory/import"
+MEMORY_CALL_TOOL = "memory/callTool"
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
@@ -38,6 +39,7 @@ REQUESTS = (
     MEMORY_DELETE_SESSION,
     MEMORY_IMPORT,
     CONTEXT_USAGE,
+    MEMORY_CALL_TOOL,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

@@ -72,6 +72,8 @@ class AssembleParams:
     budget: int | None = None
     fresh_tail: int | None = None
     prune: bool | None = None
+    tools: bool | None = None
+    """*Extension*: also return the memory tools' definitions for the model."""
 
 
 @attrs.define
@@ -92,6 +94,7 @@ class AssembleResult:
     dropped: int
     over_budget: bool
     usage: Usage
+    tools: list[dict[str, Any]] | None = None
 
 
 @attrs.define
@@ -161,6 +164,22 @@ class GrepMatch:
 class GrepResult:
     matches: list[GrepMatch]
     truncated: bool
+
+
+@attrs.define
+class CallToolParams:
+    """*Extension*: a memory tool call the model made, ``arguments`` being the JSON text it wrote."""
+
+    session_id: str
+    name: str
+    arguments: str
+    tool_call_id: str | None = None
+
+
+@attrs.define
+class CallToolResult:
+    message: Message
+    """The ``tool`` message to append to the conversation."""
 
 
 @attrs.define

@@ -109,6 +109,9 @@ class LlmSettings:
     max_calls_per_minute: int = 60
     """Most summarizer calls automatic compaction may make per minute; manual compaction is not limited."""
 
+    context_window: int | None = None
+    """The summarizer model's window; every call is planned to fit it. None: the model table's, else 8192."""
+
 
 @attrs.define(frozen=True)
 class ModelInfo:
@@ -167,6 +170,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "llm.maxConcurrency": (1, 256),
     "llm.temperature": (0.0, 2.0),
     "llm.maxCallsPerMinute": (1, 100_000),
+    "llm.contextWindow": (1024, INT_MAX),
 }
 """Allowed ranges, by camelCase path; a value outside is reported and replaced by its default."""
 MODES = ("incremental", "full", "handoff")
@@ -187,7 +191,7 @@ def _check_ranges(settings: Settings, problems: list[str]) -> Settings:
         section, _, name = path.rpartition(".")
         holder = getattr(settings, snake(section)) if section else settings
         value = getattr(holder, snake(name))
-        if not low <= value <= high:
+        if value is not None and not low <= value <= high:
             default = getattr(getattr(defaults, snake(section)) if section else defaults, snake(name))
             problems.append(f"{path}: {value!r} is outside {low:g}..{int(high) if high == int(high) else high}; "
                             f"using the default {default!r}")

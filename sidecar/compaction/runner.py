@@ -8,6 +8,7 @@ import importlib
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
@@ -57,6 +58,10 @@ class CompactionRunner:
             self._summarizer_key = key
         return self._summarizer
 
+    def answerer(self) -> Callable[[list[dict[str, str]]], Awaitable[str]] | None:
+        """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
+        return getattr(self.summarizer(), "complete", None)
+
     async def close(self) -> None:
         """Release the summarizer's connections."""
         closer = getattr(self._summarizer, "aclose", None)
@@ -94,7 +99,7 @@ class CompactionRunner:
             try:
                 outcome = await compaction.run(supplied, tokens_before)
             except SummarizerError as error:
-                raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}") from error
+                raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
