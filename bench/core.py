@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,7 +16,8 @@ from sidecar.client import SidecarClient
 
 BUDGET = 128_000
 GREP_PATTERN = "econnreset"  # lower case on purpose: the default search ignores case
-PI_SESSION = Path(__file__).resolve().parents[2] / "shared" / "data" / "pi-large-session.jsonl"
+PI_SESSION = Path(os.environ.get("CONTEXT_SIDECAR_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+                  ) / "pi-large-session.jsonl"
 """A real pi coding-agent session (918 messages, about 87k tokens), for pruning and compaction."""
 SETTINGS: dict[str, Any] = {"compaction": {"auto": False, "maxTokens": -1}}
 """Auto-compaction off, so every figure measures storage and assembly alone; --settings adds to it."""
