@@ -44,6 +44,8 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     """Extra response headers, e.g. (("retry-after", "0"),)."""
     finish_reason: str = "stop"
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    """Not streamed: (id, function name, arguments JSON) of tool calls the reply makes; ``text`` may be empty."""
     stream_error: str | None = None
     """Streaming only: after the content, send an error event with this message instead of finishing."""
 
@@ -295,10 +297,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json",
                               reply.headers)
         text = "" if reply.empty else reply.text
+        message: dict[str, Any] = {"role": "assistant", "content": text or None if reply.tool_calls else text,
+                                   "refusal": None}
+        if reply.tool_calls:
+            message["tool_calls"] = [{"id": call_id, "type": "function",
+                                      "function": {"name": name, "arguments": arguments}}
+                                     for call_id, name, arguments in reply.tool_calls]
         self._json(200, {
             **_envelope(body, "chat.completion"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": reply.finish_reason}],
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if reply.tool_calls else reply.finish_reason}],
             "usage": _usage(body, text),
         }, reply.headers)
 
