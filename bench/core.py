@@ -68,6 +68,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "compact_llm1_db_ms": ("<=", 20),
     "compact_llm4_db_ms": ("<=", 20),
     "compact_det_db_ms": ("<=", 20),
+    "grep_5k_ratio": ("<=", 2),
+    "grep_100k_ratio": ("<=", 2),
+    "window_incremental_rejected": ("<=", 0),
+    "window_full_rejected": ("<=", 0),
+    "window_handoff_rejected": ("<=", 0),
 }
 
 

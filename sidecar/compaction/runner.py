@@ -8,7 +8,6 @@ import importlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
@@ -24,6 +23,7 @@ from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
     from sidecar.compaction.engine import Outcome
+    from sidecar.model_tools.calls import Answerer
     from sidecar.server import SidecarServer
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,13 @@ class CompactionRunner:
             self._summarizer_key = key
         return self._summarizer
 
-    def answerer(self) -> Callable[[list[dict[str, str]]], Awaitable[str]] | None:
+    def answerer(self) -> Answerer | None:
         """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
-        return getattr(self.summarizer(), "complete", None)
+        from sidecar.model_tools.calls import Answerer
+
+        summarizer = self.summarizer()
+        complete = getattr(summarizer, "complete", None)
+        return None if complete is None else Answerer(complete, summarizer.window)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         """Release the summarizer's connections."""

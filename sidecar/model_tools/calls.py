@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from protocol import errors as codes
 from protocol.types import CallToolParams, CallToolResult, DescribeParams, ExpandParams, GrepParams
 from sidecar import memory
@@ -28,8 +30,16 @@ HEADER_TOKENS = 200
 """Room for an expand result's header and source labels beyond the sources' own tokens."""
 SNIPPET_CHARS = 240
 
-Answerer = Callable[[list[dict[str, str]]], Awaitable[str]]
-"""Sends chat messages to the summarizer's model and returns its answer."""
+
+
+@attrs.define(frozen=True)
+class Answerer:
+    """The summarizer's model, for memory_query."""
+
+    complete: Callable[[list[dict[str, str]]], Awaitable[str]]
+    """Sends chat messages, returns the answer; raises SummarizerError."""
+    window: int
+    """The model's context window, which the prompt must fit with room for the answer."""
 
 
 class ToolArgumentError(Exception):

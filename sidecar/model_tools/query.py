@@ -15,6 +15,7 @@ from sidecar.model_tools import calls
 from sidecar.model_tools import definitions as d
 from sidecar.summarizers.base import SummarizerError
 from sidecar.summarizers.deterministic import truncate_to_tokens
+from sidecar.summarizers.fitting import USABLE_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,8 @@ HITS_PER_TERM = 20
 MAX_EXCERPTS = 8
 EXCERPT_BUDGET = 6000
 """Tokens of excerpts given to the model (or returned without one)."""
+ANSWER_TOKENS = 1024
+"""Room left in the model's window for its answer."""
 _TERM = re.compile(r"[\w][\w./:-]*[\w]|\w")
 _STOPWORDS = frozenset(re.findall(r"\w+", """
 a an and are as at be been but by can could did do does done for from had has have how i if in into is it its
@@ -61,7 +64,10 @@ async def query(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], an
     if not words:
         raise calls.ToolArgumentError("the question has no words to search for; name the files, errors, "
                                       "commands or topics you are asking about.")
-    excerpts = _excerpts(sidecar, session_id, words, EXCERPT_BUDGET)
+    budget = EXCERPT_BUDGET
+    if answerer is not None:  # the prompt must fit the model's window beside the instructions and the answer
+        budget = max(256, min(budget, int(answerer.window * USABLE_SHARE) - ANSWER_TOKENS - 1024))
+    excerpts = _excerpts(sidecar, session_id, words, budget)
     if not excerpts:
         return (f"memory_query: nothing in this conversation's history matches {', '.join(words)}. "
                 "Try memory_grep with other words.")
@@ -70,7 +76,8 @@ async def query(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], an
     if answerer is not None:
         prompt = f"<excerpts>\n{block}\n</excerpts>\n\nQuestion: {question}"
         try:
-            answer = await answerer([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}])
+            answer = await answerer.complete([{"role": "system", "content": SYSTEM},
+                                              {"role": "user", "content": prompt}])
             return (f"memory_query answer, from {len(excerpts)} excerpts ({ids}):\n{answer.strip()}\n"
                     "memory_expand any of these ids for the full text.")
         except SummarizerError as error:

@@ -57,11 +57,15 @@ class OpenAISummarizer:
 
     async def summarize(self, request: SummaryRequest) -> str:
         """The summary text, in calls that each fit the model's window; raises SummarizerError."""
+        return (await self.summarize_counted(request))[0]
+
+    async def summarize_counted(self, request: SummaryRequest) -> tuple[str, int]:
+        """The summary text and how many calls it took (more than one when the input was split)."""
         planner = Planner(lambda part: self.complete(build_prompt(part).messages()), self.window)
         text = await planner.summarize(request)
         if not text.strip():
             raise SummarizerError("empty summary response")
-        return text
+        return text, planner.calls
 
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """One chat completion of ``messages``, with retries; raises SummarizerError after they are spent."""
