@@ -17,6 +17,7 @@ M.methods = {
   MEMORY_SESSIONS = 'memory/sessions',
   MEMORY_DELETE_SESSION = 'memory/deleteSession',
   MEMORY_IMPORT = 'memory/import',
+  MEMORY_CALL_TOOL = 'memory/callTool',
   CONTEXT_ASSEMBLE = 'context/assemble',
   CONTEXT_COMPACT = 'context/compact',
   CONTEXT_USAGE = 'context/usage',
