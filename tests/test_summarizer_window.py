@@ -6,6 +6,8 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.settings import LlmSettings, read_settings
+from sidecar.summarizers.fitting import summarizer_window
 from sidecar.synthetic import coding_session
 from sidecar.testing import FakeOpenAIServer, Reply
 from sidecar.testing.openai_server import prompt_tokens
@@ -73,3 +75,19 @@ async def test_an_error_in_the_middle_of_a_stream_is_reported_as_that_error(db_p
     assert raised.value.code == errors.SUMMARIZER_FAILED
     assert text in raised.value.message and "empty summary response" not in raised.value.message
     assert raised.value.data == {"status": None, "code": "stream_error", "message": text}
+
+
+@pytest.mark.parametrize("value, problem", [
+    (100, "llm.contextWindow: 100 is outside 1024..2147483647; using the default None"),
+    ("8k", "llm.contextWindow: expected int or null, got the string '8k'; using the default None"),
+])
+def test_a_bad_context_window_setting_is_reported_and_replaced(value, problem):
+    settings, problems = read_settings({"llm": {"model": "gpt-4o-mini", "contextWindow": value}})
+    assert problems == [problem] and settings.llm.context_window is None
+    assert summarizer_window(settings.llm) == 128_000, "the model table's window"
+
+
+def test_the_window_comes_from_the_setting_then_the_model_table_then_8192():
+    assert summarizer_window(LlmSettings(model="gpt-4o-mini", context_window=4096)) == 4096
+    assert summarizer_window(LlmSettings(model="openrouter/anthropic/claude-sonnet-4-5")) == 200_000
+    assert summarizer_window(LlmSettings(model="my-local-llama")) == 8192
