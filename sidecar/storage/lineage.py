@@ -53,24 +53,6 @@ class LineageQueries:
         ).fetchall()
         return {row[0]: SummaryRow(*row) for row in rows}
 
-    def in_context(self, session_id: str, kind: str, ref_id: str, position: int | None = None) -> bool:
-        """Whether the message or summary is an item of the current context."""
-        session = self.session(session_id)
-        if session is None:
-            return False
-        if kind == "message" and session.live_count:
-            if position is not None and position > session.live_after:
-                return True
-            if position is None and self._scalar("SELECT count(*) FROM messages WHERE session_id = ? AND id = ? "
-                                                 "AND seq > ?", [session_id, ref_id, session.live_after]):
-                return True
-        sql = "SELECT count(*) FROM context_items WHERE session_id = ? AND kind = ? AND ref_id = ?"
-        params: list[Any] = [session_id, kind, ref_id]
-        if position is not None:
-            sql += " AND position = ?"
-            params.append(position)
-        return bool(self._scalar(sql, params))
-
     def summary(self, session_id: str, summary_id: str) -> SummaryRow | None:
         """A summary by id."""
         return self.summaries(session_id, [summary_id]).get(summary_id)
