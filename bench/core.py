@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,7 +16,8 @@ from sidecar.client import SidecarClient
 
 BUDGET = 128_000
 GREP_PATTERN = "econnreset"  # lower case on purpose: the default search ignores case
-PI_SESSION = Path(__file__).resolve().parents[2] / "shared" / "data" / "pi-large-session.jsonl"
+PI_SESSION = Path(os.environ.get("CONTEXT_SIDECAR_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+                  ) / "pi-large-session.jsonl"
 """A real pi coding-agent session (918 messages, about 87k tokens), for pruning and compaction."""
 SETTINGS: dict[str, Any] = {"compaction": {"auto": False, "maxTokens": -1}}
 """Auto-compaction off, so every figure measures storage and assembly alone; --settings adds to it."""
@@ -74,6 +76,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "cache_pi_cost_ratio": ("<=", 1.0),
     "cache_generated_cost_ratio": ("<=", 1.0),
     **{f"retention_{variant}_{what}": (">=", 1.0) for variant in ("det", "llm") for what in ("rules", "notes")},
+    "grep_5k_ratio": ("<=", 2),
+    "grep_100k_ratio": ("<=", 2),
+    "window_incremental_rejected": ("<=", 0),
+    "window_full_rejected": ("<=", 0),
+    "window_handoff_rejected": ("<=", 0),
 }
 
 

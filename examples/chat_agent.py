@@ -1,7 +1,9 @@
 """A minimal chat agent whose history lives in context-sidecar; talks to any OpenAI-compatible endpoint.
 
-Each turn: ingest the user message, assemble the context, call the model, ingest the reply, report the
-provider's usage, show how full the context is. Type ``/compact [focus]`` to compact, ``/usage``, ``/quit``.
+Each turn: ingest the user message, assemble the context, call the model with the sidecar's memory tools,
+run the tool calls it makes through the sidecar (it can search and open compacted history) until it answers,
+ingest everything, report the provider's usage, show how full the context is. Type ``/compact [focus]`` to
+compact, ``/usage``, ``/quit``.
 
     OPENAI_API_KEY=sk-... python examples/chat_agent.py --model gpt-4o-mini
     python examples/chat_agent.py --base-url http://localhost:11434/v1 --model llama3.2   # Ollama, no key
@@ -25,6 +27,8 @@ from sidecar.client import SidecarClient, SidecarRequestError
 
 SYSTEM_PROMPT = "You are a concise, helpful assistant."
 NO_KEY = "no-key-needed"
+MAX_TOOL_ROUNDS = 8
+"""Model calls per turn at most: a model that keeps calling tools gets a final call without them."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -83,21 +87,39 @@ class ChatAgent:
                                                     "contextWindow": args.context_window}
 
     async def turn(self, text: str) -> None:
-        """One user message in, one reply out."""
+        """One user message in; the model's tool calls run through the sidecar until it replies."""
         await self.ingest({"role": "user", "content": text})
-        assembled = await self.sidecar.assemble(self.session_id)
-        # The system prompt is the agent's, not history: it is sent every call and never compacted.
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *assembled.messages]
-        response = await self.llm.chat.completions.create(model=self.model, messages=messages)  # type: ignore
-        reply = response.choices[0].message.content or ""
-        print(f"assistant: {reply}", flush=True)
-        await self.ingest({"role": "assistant", "content": reply})
+        tools = await self.sidecar.tools(self.session_id)  # constant: the prompt cache keeps them
+        for round_number in range(MAX_TOOL_ROUNDS):
+            assembled = await self.sidecar.assemble(self.session_id)
+            # The system prompt is the agent's, not history: it is sent every call and never compacted.
+            messages = [{"role": "system", "content": SYSTEM_PROMPT}, *assembled.messages]
+            offer = {"tools": tools} if round_number + 1 < MAX_TOOL_ROUNDS else {}
+            response = await self.llm.chat.completions.create(model=self.model, messages=messages,  # type: ignore
+                                                              **offer)
+            message = response.choices[0].message
+            if not message.tool_calls:
+                reply = message.content or ""
+                print(f"assistant: {reply}", flush=True)
+                await self.ingest({"role": "assistant", "content": reply})
+                await self.report(response)  # the provider counted the context that ends with this reply
+                break
+            await self.ingest(message.model_dump(include={"role", "content", "tool_calls"}))
+            await self.report(response)
+            for call in message.tool_calls:
+                print(f"[tool {call.function.name} {call.function.arguments}]", flush=True)
+                result = await self.sidecar.call_tool(self.session_id, call.function.name, call.function.arguments,
+                                                      call.id)
+                await self.ingest(result)
+        show_usage(await self.sidecar.usage(self.session_id))
+
+    async def report(self, response: Any) -> None:
+        """Tell the sidecar what the provider counted for the last call."""
         if response.usage is not None:
             details = response.usage.prompt_tokens_details
             cached = (details.cached_tokens or 0) if details else 0
             await self.sidecar.report_usage(self.session_id, response.usage.prompt_tokens - cached,
                                             response.usage.completion_tokens, cache_read_tokens=cached)
-        show_usage(await self.sidecar.usage(self.session_id))
 
     async def ingest(self, message: dict[str, Any]) -> None:
         """Store one message; the first one also names the model and window of the session."""

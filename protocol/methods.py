@@ -18,6 +18,7 @@ MEMORY_SESSIONS = "memory/sessions"
 MEMORY_DELETE_SESSION = "memory/deleteSession"
 MEMORY_IMPORT = "memory/import"
 MEMORY_PIN = "memory/pin"
+MEMORY_CALL_TOOL = "memory/callTool"
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
@@ -44,6 +45,7 @@ REQUESTS = (
     MEMORY_IMPORT,
     CONTEXT_USAGE,
     MEMORY_PIN,
+    MEMORY_CALL_TOOL,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

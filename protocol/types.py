@@ -74,6 +74,8 @@ class AssembleParams:
     prune: bool | None = None
     reasoning: bool | None = None
     """*extension*: include assistant messages' stored ``reasoning`` (thinking) in the messages; default false."""
+    tools: bool | None = None
+    """*Extension*: also return the memory tools' definitions for the model."""
 
 
 @attrs.define
@@ -94,6 +96,7 @@ class AssembleResult:
     dropped: int
     over_budget: bool
     usage: Usage
+    tools: list[dict[str, Any]] | None = None
 
 
 @attrs.define
@@ -165,6 +168,22 @@ class GrepMatch:
 class GrepResult:
     matches: list[GrepMatch]
     truncated: bool
+
+
+@attrs.define
+class CallToolParams:
+    """*Extension*: a memory tool call the model made, ``arguments`` being the JSON text it wrote."""
+
+    session_id: str
+    name: str
+    arguments: str
+    tool_call_id: str | None = None
+
+
+@attrs.define
+class CallToolResult:
+    message: Message
+    """The ``tool`` message to append to the conversation."""
 
 
 @attrs.define

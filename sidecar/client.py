@@ -81,6 +81,7 @@ class SidecarClient:
         self._waiters: list[tuple[str, Callable[[Any], bool] | None, asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed: SidecarConnectionLost | None = None
+        self._tools: list[dict[str, Any]] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     # Starting and stopping
@@ -242,10 +243,26 @@ class SidecarClient:
         return await self._call(methods.MEMORY_INGEST, params, t.IngestResult)
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
-                       prune: bool | None = None, reasoning: bool | None = None) -> t.AssembleResult:
-        """context/assemble: the messages for the next LLM call."""
-        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning)
-        return await self._call(methods.CONTEXT_ASSEMBLE, params, t.AssembleResult)
+                       prune: bool | None = None, reasoning: bool | None = None,
+                       tools: bool | None = None) -> t.AssembleResult:
+        """context/assemble: the messages for the next LLM call (and, with ``tools``, the memory tools)."""
+        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning=reasoning, tools=tools)
+        result = await self._call(methods.CONTEXT_ASSEMBLE, params, t.AssembleResult)
+        if result.tools is not None:
+            self._tools = result.tools
+        return result
+
+    async def tools(self, session_id: str) -> list[dict[str, Any]]:
+        """The memory tools' definitions for the model; asked once, then kept (they are constant)."""
+        if self._tools is None:
+            await self.assemble(session_id, budget=0, tools=True)
+        return list(self._tools or ())
+
+    async def call_tool(self, session_id: str, name: str, arguments: str,
+                        tool_call_id: str | None = None) -> dict[str, Any]:
+        """memory/callTool: run a memory tool call of the model; returns the ``tool`` message to append."""
+        params = t.CallToolParams(session_id, name, arguments, tool_call_id)
+        return (await self._call(methods.MEMORY_CALL_TOOL, params, t.CallToolResult)).message
 
     async def compact(self, session_id: str, mode: t.CompactionMode | None = None, focus: str | None = None,
                       work_done_token: int | str | None = None) -> t.CompactResult:

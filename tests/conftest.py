@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,9 +19,9 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from protocol import methods
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar"]
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not SHARED_DATA.is_dir():  # a worktree sits one level deeper than the main checkout
-    SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("CONTEXT_SIDECAR_TEST_DATA")
+                   or Path(__file__).resolve().parents[2] / "shared" / "data")
+"""Beside the repository; a checkout elsewhere names the directory in CONTEXT_SIDECAR_TEST_DATA."""
 PI_SESSION = SHARED_DATA / "pi-large-session.jsonl"
 RAW_METHODS = {*methods.REQUESTS, *methods.SERVER_NOTIFICATIONS, *methods.SERVER_REQUESTS}
 

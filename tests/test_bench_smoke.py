@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PI_SESSION
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "run.py"
-PI_SESSION = ROOT.parent / "shared" / "data" / "pi-large-session.jsonl"
 FIGURES = [
     "init_ms", "rss_idle_mb", "ingest_single_p50_ms", "ingest_single_p99_ms", "ingest_batch_msgs_per_s",
     "rss_loaded_mb", "assemble_small_p50_ms", "assemble_small_p99_ms", "assemble_large_p50_ms",
@@ -23,6 +24,9 @@ FIGURES = [
     "compact_tokens_before", "compact_concurrency_ratio",
     *(f"compact_{variant}_{what}" for variant in ("llm1", "llm4", "det")
       for what in ("wall_s", "calls", "rounds", "tokens_after", "db_ms")),
+    "grep_5k_before_ms", "grep_5k_after_ms", "grep_5k_ratio",
+    *(f"window_{mode}_{what}" for mode in ("incremental", "full", "handoff")
+      for what in ("wall_s", "calls", "rounds", "largest_prompt")),
 ]
 CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
          for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]
@@ -47,6 +51,8 @@ def test_tiny_benchmark_reports_every_figure(tmp_path: Path) -> None:
     assert info["compact_llm1_max_in_flight"] == 1 and info["compact_llm4_max_in_flight"] > 1
     assert info["compact_llm1_http_requests"] == figures["compact_llm1_calls"]  # the log line counts the calls
     assert figures["compact_llm1_tokens_after"] < figures["compact_tokens_before"]
+    assert info["grep_5k_covered"] > 0  # the grep after compaction found covering summaries
+    assert all(figures[f"window_{mode}_rejected"] == 0 for mode in ("incremental", "full", "handoff"))
     assert "PASS" in done.stdout or "MISS" in done.stdout
 
     # Prompt cache: every replay repeats some prefix after its first prompt, and both runs step the same turns.

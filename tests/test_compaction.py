@@ -230,7 +230,9 @@ async def test_progress_is_reported_on_the_work_done_token(db_path):
 
 async def test_escalation_ends_in_deterministic_truncation(db_path, llm):
     llm.responder = lambda request: Reply(text="word " * 20000)
-    async with running_sidecar(settings=llm_settings(db_path, llm)) as client:
+    settings = llm_settings(db_path, llm)
+    settings["llm"]["contextWindow"] = 128_000  # one call per try: no input is split to fit the window
+    async with running_sidecar(settings=settings) as client:
         await ingest(client, "s", coding_session(60))
         result = await call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": "handoff"})
         assert result["compacted"]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.testing import FakeOpenAIServer, RecordedRequest
+from sidecar.testing import FakeOpenAIServer, RecordedRequest, Reply
 
 AGENT = Path(__file__).resolve().parents[1] / "examples" / "chat_agent.py"
 AGENT_SYSTEM = "You are a concise, helpful assistant."
@@ -86,3 +86,39 @@ def test_the_chat_agent_keeps_its_history_in_the_sidecar_compacts_on_request_and
         resumed = agent_calls(server)[0]
     last_reply = {"role": "assistant", "content": f"Noted ({len(after)} messages): what is my name?"}
     assert resumed[1:] == [*after[1:], last_reply, {"role": "user", "content": "and the number?"}], "resumed"
+
+
+SECRET = "The deploy key hint is BLUE-HERON-42."
+
+
+def tool_using_model(request: RecordedRequest) -> Reply | str:
+    """Asked about the hint, the fake model searches with memory_grep, then answers from the tool result."""
+    messages = request.body["messages"]
+    if messages[0]["content"] != AGENT_SYSTEM:
+        return "SUMMARY: the user shared some notes."
+    last = messages[-1]
+    if last["role"] == "tool":
+        found = "BLUE-HERON-42" if "BLUE-HERON-42" in last["content"] else "nothing"
+        return f"From my memory tools: {found}."
+    if "hint" in str(last["content"]) and "memory_grep" in json.dumps(request.body.get("tools")):
+        return Reply(text="", tool_calls=(("call_7", "memory_grep", '{"pattern": "blue-heron"}'),))
+    return "Noted."
+
+
+def test_the_chat_agents_model_searches_compacted_history_with_the_memory_tools(tmp_path: Path) -> None:
+    db = tmp_path / "chat.duckdb"
+    lines = [f"note {i}: {SECRET if i == 0 else 'nothing special today, just chatting along.'}" for i in range(5)]
+    with FakeOpenAIServer(responder=tool_using_model) as server:
+        result = chat(server, db, [*lines, "/compact", "what was the deploy key hint?", "/quit"])
+        assert result.returncode == 0, result.stderr
+        calls = agent_calls(server)
+    out = result.stdout
+    assert "[manual incremental compaction:" in out
+    before_tool, after_tool = calls[-2], calls[-1]
+    assert all(SECRET not in str(m.get("content")) for m in before_tool), "the note was compacted away"
+    assert '[tool memory_grep {"pattern": "blue-heron"}]' in out
+    call, answer = after_tool[-2:]
+    assert call["role"] == "assistant" and call["tool_calls"][0]["id"] == "call_7"
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "call_7" and "BLUE-HERON-42" in answer["content"]
+    assert "compacted into sum_" in answer["content"]
+    assert "assistant: From my memory tools: BLUE-HERON-42." in out

@@ -164,6 +164,9 @@ class LlmSettings:
     max_calls_per_minute: int = attrs.field(default=60, validator=between(1, 100_000))
     """Most summarizer calls automatic compaction may make per minute; manual compaction is not limited."""
 
+    context_window: int | None = attrs.field(default=None, validator=attrs.validators.optional(between(1024, INT_MAX)))
+    """The summarizer model's window; every call is planned to fit it. None: the model table's, else 8192."""
+
 
 @attrs.define(frozen=True)
 class ModelInfo:

@@ -16,8 +16,8 @@ def render_summary(summary_id: str, kind: str, depth: int, earliest_at: str | No
     tag = " ".join(f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
     return (
         f"<summary {tag}>\n{html.escape(content, quote=False)}\n</summary>\n"
-        f"This summarizes earlier messages. To recover their full detail, call memory/expand with "
-        f"id {json.dumps(summary_id)}."
+        f"This summarizes earlier messages. Their full detail is kept: open them with memory_expand (memory/expand) "
+        f"id {json.dumps(summary_id)}, or search them with memory_grep or memory_query."
     )
 
 

@@ -44,6 +44,7 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.MEMORY_IMPORT: types.ImportParams,
     methods.CONTEXT_USAGE: types.UsageParams,
     methods.MEMORY_PIN: types.PinParams,
+    methods.MEMORY_CALL_TOOL: types.CallToolParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5

@@ -39,8 +39,13 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
             "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
+    tools = b""
+    if params.tools:
+        from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
+
+        tools = b'"tools":' + utf8(DEFINITIONS_JSON) + b","
     return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
-                             utf8(dumps(rest)[1:]))))
+                             tools, utf8(dumps(rest)[1:]))))
 
 
 def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:

@@ -167,12 +167,10 @@ def grep(sidecar: Sidecar, params: GrepParams) -> GrepResult:
         condition, sql_pattern = f"regexp_matches({{col}}, ?, '{'c' if case_sensitive else 'i'}')", pattern
     hits = store.search(params.session_id, params.scope or "both", condition, sql_pattern, limit + 1)
     finder = _finder(pattern, case_sensitive)
-    matches = []
-    for hit in hits[:limit]:
-        covered_by = None
-        if hit.kind == "message" and not store.in_context(params.session_id, "message", hit.id, hit.position):
-            covered_by = store.covering_summary(params.session_id, hit.id)
-        matches.append(GrepMatch(kind=hit.kind, id=hit.id, snippet=snippet(hit.text, finder), covered_by=covered_by))
+    covered = store.covering_summaries(params.session_id, [hit.id for hit in hits[:limit] if hit.kind == "message"])
+    matches = [GrepMatch(kind=hit.kind, id=hit.id, snippet=snippet(hit.text, finder),
+                         covered_by=covered.get(hit.id) if hit.kind == "message" else None)
+               for hit in hits[:limit]]
     return GrepResult(matches=matches, truncated=len(hits) > limit)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -48,6 +48,11 @@ class SummaryRequest:
 
 class SummarizerError(Exception):
     """A summary could not be produced; the message says why (e.g. ``empty summary response``)."""
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.data = data
+        """The endpoint's error as -32010's data: ``status``, ``code``, ``message``; None when it sent none."""
 
 
 class Summarizer(Protocol):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sidecar.config.settings import LlmSettings, Settings
 from sidecar.summarizers.base import Summarizer, SummarizerError, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
+from sidecar.summarizers.fitting import Planner, summarizer_window
 from sidecar.summarizers.prompts import build_prompt
 
 if TYPE_CHECKING:
@@ -29,9 +30,10 @@ _RETRY_STATUSES = frozenset({408, 409, 429})
 class _Transient(Exception):
     """A failure worth retrying; carries the reason for the final error message."""
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, data: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+        self.data = data
 
 
 class OpenAISummarizer:
@@ -48,22 +50,35 @@ class OpenAISummarizer:
         self.max_retries = max(0, max_retries)
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
+        self.window = summarizer_window(settings)
+        """The model's context window: every call is planned to fit it."""
         # The HTTP client and the semaphore belong to one event loop; both are made again on another.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._http: Any = None
 
     async def summarize(self, request: SummaryRequest) -> str:
-        """The summary text; raises SummarizerError after the retries are spent."""
-        prompt = build_prompt(request)
+        """The summary text, in calls that each fit the model's window; raises SummarizerError."""
+        return (await self.summarize_counted(request))[0]
+
+    async def summarize_counted(self, request: SummaryRequest) -> tuple[str, int]:
+        """The summary text and how many calls it took (more than one when the input was split)."""
+        planner = Planner(lambda part: self.complete(build_prompt(part).messages()), self.window)
+        text = await planner.summarize(request)
+        if not text.strip():
+            raise SummarizerError("empty summary response")
+        return text, planner.calls
+
+    async def complete(self, messages: list[dict[str, str]]) -> str:
+        """One chat completion of ``messages``, with retries; raises SummarizerError after they are spent."""
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             try:
                 async with self._limit():
-                    return await self._attempt(prompt.messages())
+                    return await self._attempt(messages)
             except _Transient as transient:
                 if attempt + 1 >= attempts:
-                    raise SummarizerError(f"{transient} (after {attempts} attempts)") from None
+                    raise SummarizerError(f"{transient} (after {attempts} attempts)", transient.data) from None
                 delay = self._delay(attempt, transient.retry_after)
                 log.warning("summarizer attempt %d of %d failed: %s; retrying in %.2fs",
                             attempt + 1, attempts, transient, delay)
@@ -103,14 +118,20 @@ class OpenAISummarizer:
         except TimeoutError:
             raise _Transient(f"summarizer request timed out after {timeout:g}s") from None
         except openai.APIStatusError as error:
-            reason = _redact(f"summarizer request failed: HTTP {error.status_code}: {_detail(error)}", key)
+            detail = _redact(_detail(error), key)
+            reason = f"summarizer request failed: HTTP {error.status_code}: {detail}"
+            data = _error_data(error, detail, error.status_code)
             if error.status_code in _RETRY_STATUSES or error.status_code >= 500:
-                raise _Transient(reason, _retry_after(error)) from None
-            raise SummarizerError(reason) from None
+                raise _Transient(reason, _retry_after(error), data) from None
+            raise SummarizerError(reason, data) from None
         except openai.APITimeoutError:
             raise _Transient(f"summarizer request timed out after {timeout:g}s") from None
         except openai.APIConnectionError as error:
             raise _Transient(_redact(f"cannot reach the summarizer endpoint: {_cause(error)}", key)) from None
+        except openai.APIError as error:  # an error event in the middle of a stream
+            detail = _redact(_detail(error), key)
+            raise SummarizerError(f"summarizer endpoint error during the response: {detail}",
+                                  _error_data(error, detail, None)) from None
         except (openai.OpenAIError, ValueError) as error:
             raise SummarizerError(_redact(f"malformed summarizer response: {error}"[:300], key)) from None
         except _transport_errors() as error:
@@ -174,6 +195,14 @@ def _detail(error: Any) -> str:
         if isinstance(message, str) and message:
             return message[:300]
     return str(getattr(error, "message", "") or "no details")[:300]
+
+
+def _error_data(error: Any, detail: str, status: int | None) -> dict[str, Any]:
+    """-32010's data: the endpoint's HTTP status, error code and message."""
+    body = getattr(error, "body", None)
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return {"status": status, "code": code if isinstance(code, (str, int)) else None, "message": detail}
 
 
 def _cause(error: BaseException) -> str:

@@ -44,6 +44,10 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     """Extra response headers, e.g. (("retry-after", "0"),)."""
     finish_reason: str = "stop"
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    """Not streamed: (id, function name, arguments JSON) of tool calls the reply makes; ``text`` may be empty."""
+    stream_error: str | None = None
+    """Streaming only: after the content, send an error event with this message instead of finishing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +70,14 @@ class FakeOpenAIServer:
     """Serves ``POST /v1/chat/completions`` (JSON or SSE) and ``GET /v1/models`` on 127.0.0.1."""
 
     def __init__(self, *, models: tuple[str, ...] = ("fake-model",), responder: Responder | None = None,
-                 api_key: str | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+                 api_key: str | None = None, host: str = "127.0.0.1", port: int = 0,
+                 context_window: int | None = None) -> None:
         self.models = models
+        self.context_window = context_window
+        """When set, a request whose prompt (plus max_tokens) is over it gets OpenAI's 400
+        ``context_length_exceeded``, as real servers answer; prompt tokens are UTF-8 bytes / 4."""
+        self.rejected: list[int] = []
+        """Prompt tokens of every request rejected for the window."""
         self.responder = responder
         """Answers requests when the script is empty; a returned str is the reply text."""
         self.api_key = api_key
@@ -239,6 +249,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         if not isinstance(request.body, dict):
             return self._error(400, "The request body is not valid JSON.", "invalid_request_error")
+        window = fake.context_window
+        if window is not None:
+            prompt = prompt_tokens(request.body)
+            wanted = prompt + int(request.body.get("max_tokens") or request.body.get("max_completion_tokens") or 0)
+            if wanted > window:
+                with fake._lock:
+                    fake.rejected.append(prompt)
+                return self._error(400, f"This model's maximum context length is {window} tokens. However, your "
+                                   f"messages resulted in {prompt} tokens. Please reduce the length of the "
+                                   "messages.", "invalid_request_error", "context_length_exceeded")
         fake._enter()
         try:
             self._answer(request.body, fake._next_reply(request))
@@ -277,10 +297,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json",
                               reply.headers)
         text = "" if reply.empty else reply.text
+        message: dict[str, Any] = {"role": "assistant", "content": text or None if reply.tool_calls else text,
+                                   "refusal": None}
+        if reply.tool_calls:
+            message["tool_calls"] = [{"id": call_id, "type": "function",
+                                      "function": {"name": name, "arguments": arguments}}
+                                     for call_id, name, arguments in reply.tool_calls]
         self._json(200, {
             **_envelope(body, "chat.completion"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": reply.finish_reason}],
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if reply.tool_calls else reply.finish_reason}],
             "usage": _usage(body, text),
         }, reply.headers)
 
@@ -305,6 +331,12 @@ class _Handler(BaseHTTPRequestHandler):
         for piece in ([] if reply.empty else reply.chunks or list(_pieces(text))):
             self._wait(reply.chunk_delay)
             event(delta({"content": piece}))
+        if reply.stream_error is not None:
+            error = {"message": reply.stream_error, "type": "invalid_request_error", "code": "stream_error"}
+            self._chunk(f"data: {json.dumps({'error': error})}\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         if reply.malformed:
             self._chunk("data: {\"id\": \"chatcmpl-broken\", \"choices\": [\n\n")
         event(delta({}, reply.finish_reason))
@@ -345,6 +377,19 @@ _ids = itertools.count(1)
 def _envelope(body: dict[str, Any], kind: str) -> dict[str, Any]:
     return {"id": f"chatcmpl-fake{next(_ids)}", "object": kind, "created": int(time.time()),
             "model": str(body.get("model") or "fake-model"), "system_fingerprint": None}
+
+
+def prompt_tokens(body: Any) -> int:
+    """The prompt's tokens as this server counts them: UTF-8 bytes of every message's content over four,
+    rounded up, plus four per message."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    total = 0
+    for message in messages or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        size = len(json.dumps(content, ensure_ascii=False).encode("utf-8")) if isinstance(content, list) else \
+            len(str(content or "").encode("utf-8"))
+        total += -(-size // 4) + 4
+    return total
 
 
 def _usage(body: dict[str, Any], text: str) -> dict[str, int]:

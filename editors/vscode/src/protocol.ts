@@ -18,6 +18,7 @@ export const Methods = {
   MEMORY_DELETE_SESSION: 'memory/deleteSession',
   MEMORY_IMPORT: 'memory/import',
   MEMORY_PIN: 'memory/pin',
+  MEMORY_CALL_TOOL: 'memory/callTool',
   CONTEXT_ASSEMBLE: 'context/assemble',
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_USAGE: 'context/usage',

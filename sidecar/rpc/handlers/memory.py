@@ -7,6 +7,7 @@ from typing import Any
 from protocol import errors as codes
 from protocol import methods
 from protocol.types import (
+    CallToolParams,
     DeleteSessionParams,
     DescribeParams,
     ExpandParams,
@@ -73,4 +74,13 @@ def setup(server: SidecarServer) -> None:
         ls.touched_sessions.discard(params.session_id)
         ls.sidecar.forget(params.session_id)
         ls.settle_later()
+        return unstructure(result)
+
+    @server.feature(methods.MEMORY_CALL_TOOL)
+    async def call(ls: SidecarServer, params: CallToolParams) -> Any:
+        from sidecar.services.model_tools.dispatch import call_tool  # loaded with the first tool call
+
+        answerer = ls.compactions.answerer() if ls.compactions is not None else None
+        result = await call_tool(ls.sidecar, params, answerer)
+        ls.settle_later()  # memory_grep and memory_query scan
         return unstructure(result)

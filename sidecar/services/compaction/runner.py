@@ -21,6 +21,7 @@ from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
     from sidecar.services.compaction.engine import Outcome
+    from sidecar.services.model_tools.calls import Answerer
     from sidecar.services.state import Sidecar
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,14 @@ class CompactionRunner:
             self._summarizer_key = key
         return self._summarizer
 
+    def answerer(self) -> Answerer | None:
+        """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
+        from sidecar.services.model_tools.calls import Answerer
+
+        summarizer = self.summarizer()
+        complete = getattr(summarizer, "complete", None)
+        return None if complete is None else Answerer(complete, summarizer.window)  # type: ignore[attr-defined]
+
     async def close(self) -> None:
         """Release the summarizer's connections."""
         closer = getattr(self._summarizer, "aclose", None)
@@ -121,7 +130,7 @@ class CompactionRunner:
             try:
                 outcome = await compaction.run(supplied, tokens_before)
             except SummarizerError as error:
-                raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}") from error
+                raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
