@@ -16,6 +16,7 @@ MEMORY_IMPORT = "memory/import"
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
+CONTEXT_FOLLOW = "context/follow"
 
 # Notifications, client to server.
 CONTEXT_REPORT_USAGE = "context/reportUsage"

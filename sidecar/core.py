@@ -18,6 +18,7 @@ from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
 from sidecar.models import context_window_for
 from sidecar.paths import default_storage_path
+from sidecar.rpc.socket_paths import ShareError, check_owner
 from sidecar.settings import Settings
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
 
@@ -52,7 +53,14 @@ class Sidecar:
     """Assembled messages as JSON text, reused while they stay in the context."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
-    """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
+    owns_storage: bool = True
+    """False for a host's connections: the store is the host's, opened and closed by it."""
+
+    def attached(self) -> Sidecar:
+        """A connection's view of this (a host's) sidecar: own settings, the same store and per-session state."""
+        return Sidecar(storage_path=self.storage_path, storage=self._storage, compacting=self.compacting,
+                       assembled=self.assembled, auto_failed=self.auto_failed, recent_calls=self.recent_calls,
+                       rendered=self.rendered, owns_storage=False)
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
@@ -69,11 +77,12 @@ class Sidecar:
             from sidecar.storage.database import Storage  # DuckDB loads on first use, not at start-up
 
             try:
+                check_owner(path)
                 self._storage = Storage.open(path, self.settings.storage.memory_limit)
             except StorageLocked as error:
                 raise SidecarError(codes.STORAGE_LOCKED, str(error), {"path": error.path, "pid": error.pid}) \
                     from error
-            except StorageFailure as error:
+            except (StorageFailure, ShareError) as error:
                 raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
             log.info("storage %s opened", path)
         return self._storage
@@ -113,6 +122,8 @@ class Sidecar:
 
     def close(self) -> None:
         """Checkpoint and close the store, if open."""
+        if not self.owns_storage:
+            return
         store, self._storage = self._storage, None
         if store is not None:
             store.close()

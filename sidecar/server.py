@@ -164,8 +164,14 @@ class SidecarServer(LanguageServer):
         self.change_listeners: list[Callable[[str, types.Usage], None]] = []
         self.compactions: CompactionRunner | None = None
         self._exit_code: int | None = None
+        self.hub: Any = None
+        """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
+        self.peer_cwd: str | None = None
+        """The working directory of the relay on the other end, for a host's connection."""
         self._checkpoint: asyncio.TimerHandle | None = None
-        logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietExpectedErrors())
+        json_rpc_log = logging.getLogger("pygls.protocol.json_rpc")
+        if not any(isinstance(f, _QuietExpectedErrors) for f in json_rpc_log.filters):  # a host has many servers
+            json_rpc_log.addFilter(_QuietExpectedErrors())
 
     def capabilities(self) -> dict[str, Any]:
         """``capabilities.experimental.contextSidecar`` of the initialize result."""
@@ -224,10 +230,14 @@ class SidecarServer(LanguageServer):
 
         ``early`` carries what was read (and perhaps answered) before the server existed.
         """
-        self.protocol.set_writer(StdoutWriter(stdout))
+        return await self.serve_fd(stdin.fileno(), StdoutWriter(stdout), early)
+
+    async def serve_fd(self, fd: int, writer: Any, early: EarlyStart | None = None) -> int:
+        """``serve`` on a readable descriptor (stdin, or a host's connection) and a pygls writer."""
+        self.protocol.set_writer(writer)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
-        watching = watch_input(stdin.fileno(), loop, chunks)
+        watching = watch_input(fd, loop, chunks)
         reader = FrameReader() if early is None else early.reader
         if early is not None:
             if early.answered is not None:
@@ -251,7 +261,7 @@ class SidecarServer(LanguageServer):
                     break
             await asyncio.sleep(0)
         if watching:
-            loop.remove_reader(stdin.fileno())
+            loop.remove_reader(fd)
         self.sidecar.close()
         return self._exit_code if self._exit_code is not None else (0 if self.shutdown_requested else 1)
 

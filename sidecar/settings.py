@@ -31,6 +31,9 @@ class StorageSettings:
     memory_limit: str = "512MB"
     """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes (trimmed after checkpoints)."""
 
+    share: bool = True
+    """Share the database with other context-sidecar processes through a host (false: open it in this process)."""
+
 
 @attrs.define(frozen=True)
 class CompactionSettings:

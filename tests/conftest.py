@@ -17,7 +17,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
 
-SERVER_COMMAND = [sys.executable, "-m", "sidecar"]
+SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
+"""Each test's server opens its database itself; tests/test_sharing.py covers the shared default."""
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PI_SESSION = SHARED_DATA / "pi-large-session.jsonl"
 RAW_METHODS = {*methods.REQUESTS, *methods.SERVER_NOTIFICATIONS, *methods.SERVER_REQUESTS}
