@@ -39,6 +39,7 @@ REQUESTS = (
     MEMORY_DELETE_SESSION,
     MEMORY_IMPORT,
     CONTEXT_USAGE,
+    CONTEXT_FOLLOW,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

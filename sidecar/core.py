@@ -53,6 +53,8 @@ class Sidecar:
     """Assembled messages as JSON text, reused while they stay in the context."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
+    workspace: str | None = None
+    """Where this connection's new sessions belong: the client's root, else the agent's working directory."""
     owns_storage: bool = True
     """False for a host's connections: the store is the host's, opened and closed by it."""
 

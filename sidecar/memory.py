@@ -31,6 +31,7 @@ from sidecar.core import Sidecar
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import check_message, message_row
 from sidecar.errors import id_not_found, invalid_params
+from sidecar.paths import workspace_key
 from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
 
@@ -67,6 +68,8 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                 "metadata": params.session.metadata}
     store = sidecar.store()
     existing = store.session(params.session_id)
+    if sidecar.workspace is not None and (existing is None or existing.workspace is None):
+        info["workspace"] = sidecar.workspace
     names = _tool_names(params.messages)
     recent = sidecar.recent_calls.setdefault(params.session_id, {})
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
@@ -220,13 +223,17 @@ def describe(sidecar: Sidecar, params: DescribeParams) -> DescribeResult:
     )
 
 
-def sessions(sidecar: Sidecar) -> SessionsResult:
-    """Every stored session, most recently updated first."""
+def sessions(sidecar: Sidecar, workspace: str | None = None) -> SessionsResult:
+    """Every stored session (of ``workspace``, if given), most recently updated first."""
     rows = sidecar.store().sessions()
+    if workspace is not None:
+        wanted = workspace_key(workspace)
+        rows = [row for row in rows if row.workspace == wanted]
     return SessionsResult(sessions=[
         SessionSummary(session_id=row.session_id, messages=row.message_count, summaries=row.summary_count,
                        tokens=sidecar.estimated_tokens(row), updated_at=iso(row.updated_at) or "",
-                       title=row.title, model=row.model, context_window=sidecar.context_window(row))
+                       title=row.title, model=row.model, context_window=sidecar.context_window(row),
+                       workspace=row.workspace)
         for row in rows
     ])
 

@@ -21,6 +21,11 @@ def default_storage_path(workspace_root: str | None) -> str:
     return str(base / "workspaces" / f"{name}-{digest}.duckdb")
 
 
+def workspace_key(path: str) -> str:
+    """A workspace directory as sessions record it: absolute, symlinks resolved."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
 def workspace_path(root_uri: str | None, folder_uri: str | None, root_path: str | None) -> str | None:
     """The client's workspace as a path: its first folder, else its root URI, else its root path."""
     uri = folder_uri or root_uri

@@ -43,6 +43,7 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.MEMORY_DELETE_SESSION: types.DeleteSessionParams,
     methods.MEMORY_IMPORT: types.ImportParams,
     methods.CONTEXT_USAGE: types.UsageParams,
+    methods.CONTEXT_FOLLOW: types.FollowParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5
@@ -160,6 +161,9 @@ class SidecarServer(LanguageServer):
         self.initialized = False
         self.shutdown_requested = False
         self.touched_sessions: set[str] = set()
+        self.following_sessions: set[str] = set()
+        """Sessions this connection asked to follow (context/follow); it also follows every one it touched."""
+        self.following_workspaces: set[str] = set()
         self.background_tasks: set[asyncio.Task[Any]] = set()
         self.change_listeners: list[Callable[[str, types.Usage], None]] = []
         self.compactions: CompactionRunner | None = None
@@ -199,8 +203,23 @@ class SidecarServer(LanguageServer):
         """A session's figures changed: tell the client, and let listeners (auto-compaction) look."""
         self.touched_sessions.add(session_id)
         self.push_usage(usage)
+        if self.hub is not None:
+            for other in self.hub.watchers(self, session_id):
+                other.push_usage(usage)
         for listener in self.change_listeners:
             listener(session_id, usage)
+
+    def follows(self, session_id: str, workspace: str | None) -> bool:
+        """Whether this connection is told about changes of the session (of the workspace)."""
+        return session_id in self.touched_sessions or session_id in self.following_sessions or (
+            workspace is not None and workspace in self.following_workspaces)
+
+    def notify_session(self, session_id: str, method: str, params: Any) -> None:
+        """Send a notification about a session here and to every other connection of the host following it."""
+        self.protocol.notify(method, params)
+        if self.hub is not None:
+            for other in self.hub.watchers(self, session_id):
+                other.protocol.notify(method, params)
 
     def show_message(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
         """window/showMessage."""

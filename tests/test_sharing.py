@@ -334,3 +334,77 @@ async def test_the_initialize_result_names_the_shared_database(tmp_path: Path, r
     async with clients(db, runtime, 1) as (client,):
         sidecar = client.initialize_result["capabilities"]["experimental"][methods.EXPERIMENTAL_KEY]
         assert sidecar["storage"] == os.path.realpath(db)
+
+
+async def test_an_editor_follows_the_sessions_of_an_agent_in_its_workspace(tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "memory.duckdb"
+    project = tmp_path / "project"
+    project.mkdir()
+    agent = await spawn(db, runtime, command=["env", "-C", str(project), *CLI])  # names no root: its cwd counts
+    editor = await spawn(db, runtime)
+    bystander = await spawn(db, runtime)
+    try:
+        await bystander.ingest("elsewhere", [message("b1")])
+        followed = await editor.request(methods.CONTEXT_FOLLOW, {"workspace": str(project), "follow": True})
+        assert followed == {"sessions": [], "workspaces": [os.path.realpath(project)]}
+        seen = editor.wait_for_notification(methods.CONTEXT_DID_CHANGE_USAGE, lambda u: u.session_id == "agent",
+                                            timeout=WAIT)
+        await agent.ingest("agent", [message(f"a{n}", "word " * 400) for n in range(30)])
+        assert (await seen).messages == 30
+        listed = await editor.request(methods.MEMORY_SESSIONS, {"workspace": str(project)})
+        assert [(s["sessionId"], s["workspace"]) for s in listed["sessions"]] == [
+            ("agent", os.path.realpath(project))]
+
+        compacted = editor.wait_for_notification(methods.CONTEXT_DID_COMPACT, lambda c: c.session_id == "agent",
+                                                 timeout=WAIT)
+        assert (await agent.compact("agent", "full")).compacted
+        assert (await compacted).tokens_after < (await compacted).tokens_before
+
+        # The bystander neither worked on the agent's session nor follows it: its own change comes alone.
+        events: list[str] = []
+        bystander.on_usage(lambda usage: events.append(usage.session_id))
+        await bystander.ingest("elsewhere", [message("b2")])
+        await bystander.usage("elsewhere")
+        assert set(events) <= {"elsewhere"}
+
+        # The follow survives the host's death: the relay opens the session again on the new host.
+        os.kill(host_pid(sock_of(runtime, db)), signal.SIGKILL)
+        again = editor.wait_for_notification(methods.CONTEXT_DID_CHANGE_USAGE,
+                                             lambda u: u.session_id == "agent" and u.messages == 31, timeout=WAIT)
+        while True:
+            try:
+                await agent.ingest("agent", [message("a-after")])
+                break
+            except SidecarRequestError as error:
+                assert error.code == codes.HOST_CONNECTION_LOST
+        assert (await again).messages == 31
+    finally:
+        await asyncio.gather(agent.close(), editor.close(), bystander.close())
+
+
+@pytest.mark.parametrize(("params", "code", "field"), [
+    ({"follow": True}, codes.INVALID_PARAMS, "sessionId"),
+    ({"follow": "yes", "sessionId": "s"}, codes.INVALID_PARAMS, "follow"),
+    ({"follow": True, "workspace": ""}, codes.INVALID_PARAMS, "workspace"),
+    ({"follow": True, "sessionId": "nope"}, codes.UNKNOWN_SESSION, None),
+    ({"follow": True, "workspace": 7}, codes.INVALID_PARAMS, "workspace"),
+])
+async def test_follow_rejects_bad_params_and_changes_nothing(tmp_path: Path, runtime: Path, params: dict[str, Any],
+                                                             code: int, field: str | None) -> None:
+    async with clients(tmp_path / "memory.duckdb", runtime, 1) as (client,):
+        await client.ingest("s", [message("m1")])
+        with pytest.raises(SidecarRequestError) as raised:
+            await client.request(methods.CONTEXT_FOLLOW, params)
+        assert raised.value.code == code
+        if field:
+            assert raised.value.data["field"] == field
+        assert await client.request(methods.CONTEXT_FOLLOW, {"follow": False, "sessionId": "s"}) == {
+            "sessions": [], "workspaces": []}
+        assert (await client.usage("s")).messages == 1
+
+
+async def test_sessions_rejects_a_workspace_that_is_not_a_string(tmp_path: Path, runtime: Path) -> None:
+    async with clients(tmp_path / "memory.duckdb", runtime, 1) as (client,):
+        with pytest.raises(SidecarRequestError) as raised:
+            await client.request(methods.MEMORY_SESSIONS, {"workspace": 3})
+        assert raised.value.code == codes.INVALID_PARAMS and raised.value.data["field"] == "workspace"

@@ -108,7 +108,7 @@ class CompactionRunner:
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
         if outcome.compacted:
             self.server.settle_later()
-            self.server.protocol.notify(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after)))

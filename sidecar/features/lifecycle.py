@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from typing import Any
 
 from lsprotocol import types as lsp
 
 from protocol import methods
 from sidecar.errors import SidecarError
-from sidecar.paths import workspace_path
+from sidecar.paths import workspace_key, workspace_path
 from sidecar.server import SidecarServer
 from sidecar.settings import read_settings, summarizer_name
 
@@ -29,7 +30,9 @@ def setup(server: SidecarServer) -> None:
         if isinstance(wanted, dict):
             ls.sidecar.usage_notifications = wanted.get("usageNotifications", True) is not False
             ls.sidecar.compaction_hooks = wanted.get("compactionHooks", False) is True
-        path = ls.sidecar.resolve_storage_path(workspace_root(params))
+        root = workspace_root(params)
+        ls.sidecar.workspace = workspace_key(root or ls.peer_cwd or os.getcwd())
+        path = ls.sidecar.resolve_storage_path(root)
         # Opened just after the reply: importing DuckDB and opening the file need not delay initialize.
         asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls)
         log.info("initialized with storage %s", path)

@@ -95,9 +95,6 @@ class Host:
         self.sidecar = Sidecar(settings=Settings(storage=StorageSettings(path=self.db, memory_limit=memory_limit)),
                                storage_path=self.db)
         self.servers: set[Any] = set()
-        self.followers: dict[str, set[Any]] = {}
-        """Per session id: the servers that worked on it or asked to follow it."""
-        self.workspace_followers: dict[str, set[Any]] = {}
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._idle: asyncio.TimerHandle | None = None
@@ -250,11 +247,16 @@ class Host:
         setup(server)
         return server
 
+    def watchers(self, origin: Any, session_id: str) -> list[Any]:
+        """The other connections following a session: they worked on it, or follow it or its workspace."""
+        store = self.sidecar.open_store
+        session = store.session(session_id) if store is not None else None
+        workspace = session.workspace if session is not None else None
+        return [server for server in self.servers if server is not origin and server.follows(session_id, workspace)]
+
     async def _drop(self, server: Any) -> None:
         """A connection ended: its background work stops, and it follows nothing any more."""
         self.servers.discard(server)
-        for followers in (*self.followers.values(), *self.workspace_followers.values()):
-            followers.discard(server)
         for task in list(server.background_tasks):
             task.cancel()
         await asyncio.gather(*server.background_tasks, return_exceptions=True)

@@ -37,6 +37,8 @@ HOST_START_WAIT = 60.0
 """Seconds a relay waits for a host it started to open the database (a long WAL may be replayed)."""
 RECONNECT_WAIT = 30.0
 """Seconds a relay keeps trying to reach or start a new host after its host died."""
+HOST_LEAVING_WAIT = 2.0
+"""Seconds a new relay retries starting a host before it opens the database itself (see ``serve``)."""
 REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW)
 _HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)", re.IGNORECASE)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
@@ -73,9 +75,15 @@ def connect(path: Path) -> socket.socket | None:
     except TimeoutError:
         sock.close()
         raise Refused(f"{path} is not a context-sidecar host: no handshake within {HANDSHAKE_WAIT:g} s") from None
+    except (ConnectionResetError, BrokenPipeError):
+        sock.close()
+        return None  # a host killed a moment ago: its socket still took the connection
     except OSError as error:
         sock.close()
         raise Refused(f"{path} is not a context-sidecar host: {error}") from error
+    if not line:
+        sock.close()
+        return None  # closed without a word: a host that is going away
     peer = handshake.parse(line, "host")
     if peer is None:
         sock.close()
@@ -338,13 +346,19 @@ def refuse(first: bytes, reason: str) -> int:
 
 def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_pid: int | None) -> int | None:
     """Relay stdio to the host of ``db``; None when this process should open the database itself instead."""
-    try:
-        sock = attach(db, memory_limit, log_args)
-    except HostFailed as error:
-        log.info("not sharing %s: %s", db, error)
-        return None
-    except Refused as error:
-        return refuse(first, str(error))
+    deadline = time.monotonic() + HOST_LEAVING_WAIT
+    while True:
+        try:
+            sock = attach(db, memory_limit, log_args)
+            break
+        except HostFailed as error:
+            if time.monotonic() < deadline:
+                time.sleep(0.05)  # a host closing down (or killed) may hold the file for a moment longer
+                continue
+            log.info("not sharing %s: %s", db, error)
+            return None
+        except Refused as error:
+            return refuse(first, str(error))
     relay = Relay(db, memory_limit, log_args, client_pid)
     try:
         return relay.run(first, sock)

@@ -127,8 +127,14 @@ def m003_live_messages(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m004_session_workspace(db: duckdb.DuckDBPyConnection) -> None:
+    """The workspace a session belongs to: the client's root, or the agent's working directory; NULL before."""
+    db.execute("ALTER TABLE sessions ADD COLUMN workspace VARCHAR")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
+    ("004_session_workspace", m004_session_workspace),
 ]
