@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
 from bench.core import SETTINGS, SIZES, TARGETS, Bench, merge, progress
 from bench.sections.compaction import compaction
 from bench.sections.pruning import pruning
+from bench.sections.sharing import sharing
 from bench.sections.storage import (
     assemble,
     batch_ingest,
@@ -38,7 +39,7 @@ from bench.sections.storage import (
 from bench.traffic import conversation
 
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
-    startup, serve, single_ingest, batch_ingest, large_load, assemble, grep, pruning, memory, compaction,
+    startup, serve, single_ingest, batch_ingest, large_load, assemble, grep, pruning, memory, compaction, sharing,
 ]
 """In order; compaction runs its own servers, so the main server's peak memory is read before it."""
 

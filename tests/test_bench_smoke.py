@@ -23,6 +23,9 @@ FIGURES = [
     "compact_tokens_before", "compact_concurrency_ratio",
     *(f"compact_{variant}_{what}" for variant in ("llm1", "llm4", "det")
       for what in ("wall_s", "calls", "rounds", "tokens_after", "db_ms")),
+    *(f"share_{what}_{how}" for what in ("ingest", "assemble") for how in ("direct_p50_ms", "relay_p50_ms",
+                                                                            "relay_ratio")),
+    "share_one_msgs_per_s", "share_eight_msgs_per_s", "share_eight_ratio", "share_recovery_s",
 ]
 
 

@@ -408,3 +408,10 @@ async def test_sessions_rejects_a_workspace_that_is_not_a_string(tmp_path: Path,
         with pytest.raises(SidecarRequestError) as raised:
             await client.request(methods.MEMORY_SESSIONS, {"workspace": 3})
         assert raised.value.code == codes.INVALID_PARAMS and raised.value.data["field"] == "workspace"
+
+
+def test_help_explains_sharing_and_the_way_out() -> None:
+    helped = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=WAIT).stdout
+    assert "--no-share" in helped and "storage.share" in helped and "context-sidecar-UID" in helped
+    host = subprocess.run([*CLI, "host", "--help"], capture_output=True, text=True, timeout=WAIT).stdout
+    assert "--linger" in host and "--socket" in host

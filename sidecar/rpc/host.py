@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -100,6 +101,7 @@ class Host:
         self._idle: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._frozen = False
 
     def open(self) -> None:
         """Open the database (ShareError or SidecarError when it cannot be)."""
@@ -139,6 +141,7 @@ class Host:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            gc.unfreeze()  # let the last collection see DuckDB's objects, or its bindings report them as leaked
             self.sidecar.close()
             log.info("host of %s closed", self.db)
 
@@ -245,6 +248,10 @@ class Host:
         server.hub = self
         server.peer_cwd = peer.get("cwd") if isinstance(peer.get("cwd"), str) else None
         setup(server)
+        if not self._frozen:
+            # As serve() does: what start-up built lives as long as the process, out of the collector's walks.
+            gc.freeze()
+            self._frozen = True
         return server
 
     def watchers(self, origin: Any, session_id: str) -> list[Any]:
