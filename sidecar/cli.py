@@ -29,7 +29,7 @@ context-sidecar on that file relays its stdio to the host, so editors and agents
 is never shared.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
-DB_HELP = "DuckDB file to use (':memory:' for none); default: per-user data dir, per workspace"
+DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.errors import SidecarError, unknown_session
 from sidecar.models import context_window_for
-from sidecar.paths import default_storage_path
+from sidecar.paths import default_storage_path, legacy_workspace_path, workspace_key
 from sidecar.rpc.socket_paths import ShareError, check_owner
 from sidecar.settings import Settings
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
@@ -88,6 +89,29 @@ class Sidecar:
                 raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
             log.info("storage %s opened", path)
         return self._storage
+
+    def merge_legacy(self, workspace_root: str) -> str | None:
+        """Carry the workspace's file of earlier versions into the per-user database; returns what was done.
+
+        Only when this is the per-user default database. The old file is renamed ``*.merged`` once every
+        session of it is here; a session whose id exists here already is left in it (and the file kept).
+        """
+        legacy = legacy_workspace_path(workspace_root)
+        if not (self.storage_path and os.path.exists(legacy)) or \
+                os.path.realpath(self.storage_path) != os.path.realpath(default_storage_path()):
+            return None
+        from sidecar.storage.database import Storage
+
+        try:
+            Storage.open(legacy, self.settings.storage.memory_limit).close()  # migrated, its WAL folded in
+            copied, left = self.store().merge_file(legacy, workspace_key(workspace_root))
+        except (StorageFailure, StorageLocked) as error:
+            return f"could not merge {legacy} into {self.storage_path} (tried again next time): {error}"
+        if left:
+            return (f"merged {len(copied)} sessions of {legacy} into {self.storage_path}; kept the file, whose "
+                    f"sessions {', '.join(left)} have namesakes there")
+        os.replace(legacy, legacy + ".merged")
+        return f"merged {len(copied)} sessions of {legacy} into {self.storage_path}"
 
     def noticed(self, error: BaseException) -> None:
         """Look at a request's failure: one that invalidated the database gets it reopened on the next request."""

@@ -26,7 +26,7 @@ MIN_MEMORY_LIMIT = "64MB"
 @attrs.define(frozen=True)
 class StorageSettings:
     path: str | None = None
-    """DuckDB file; ``:memory:`` for none. Default: per-workspace file in the user's data dir."""
+    """DuckDB file; ``:memory:`` for none. Default: one file in the user's data dir, for every workspace."""
 
     memory_limit: str = "512MB"
     """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes (trimmed after checkpoints)."""

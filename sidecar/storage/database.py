@@ -23,6 +23,7 @@ from sidecar.storage.connection import (
 )
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
+from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
     ItemRow,
@@ -43,7 +44,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, LineageQueries):
+class Storage(IngestWrites, LineageQueries, MergeFiles):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = "512MB") -> None:
