@@ -54,6 +54,8 @@ class Sidecar:
     """Assembled messages as JSON text, reused while they stay in the context."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
+    cwd: str | None = None
+    """Where relative paths in params start: a relay's working directory in a host; None for this process's."""
     workspace: str | None = None
     """Where this connection's new sessions belong: the client's root, else the agent's working directory."""
     owns_storage: bool = True

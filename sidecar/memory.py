@@ -256,7 +256,7 @@ def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
     fmt = params.format or "auto"
     if fmt != "auto" and fmt not in FORMATS:
         raise invalid_params(f"format must be auto or one of {', '.join(FORMATS)}", "format")
-    path = Path(params.path).expanduser()
+    path = Path(sidecar.cwd or ".", Path(params.path).expanduser())
     if not path.is_file():
         raise invalid_params(f"no transcript file at {str(path)!r}", "path")
     try:

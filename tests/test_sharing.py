@@ -415,3 +415,16 @@ def test_help_explains_sharing_and_the_way_out() -> None:
     assert "--no-share" in helped and "storage.share" in helped and "context-sidecar-UID" in helped
     host = subprocess.run([*CLI, "host", "--help"], capture_output=True, text=True, timeout=WAIT).stdout
     assert "--linger" in host and "--socket" in host
+
+
+async def test_relative_paths_start_in_the_clients_directory_not_the_hosts(tmp_path: Path, runtime: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "chat.json").write_text(json.dumps([{"role": "user", "content": "imported here"}]))
+    agent = await spawn(tmp_path / "memory.duckdb", runtime, command=["env", "-C", str(project), *CLI])
+    try:
+        done = await agent.request(methods.MEMORY_IMPORT, {"path": "chat.json", "sessionId": "imp",
+                                                           "format": "openai"})
+        assert len(done["ids"]) == 1 and done["sessionId"] == "imp"
+    finally:
+        await agent.close()

@@ -247,6 +247,7 @@ class Host:
         server = SidecarServer(self.sidecar.attached())
         server.hub = self
         server.peer_cwd = peer.get("cwd") if isinstance(peer.get("cwd"), str) else None
+        server.sidecar.cwd = server.peer_cwd
         setup(server)
         if not self._frozen:
             # As serve() does: what start-up built lives as long as the process, out of the collector's walks.

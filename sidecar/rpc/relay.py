@@ -127,8 +127,12 @@ def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> N
     os.close(os.open(log_file, os.O_WRONLY | os.O_CREAT, 0o600))  # session content may reach -vv logs
     argv = [sys.executable, "-m", "sidecar", "host", "--db", database_key(db), "--socket", str(path),
             "--memory-limit", memory_limit, "--log-file", str(log_file), *log_args]
+    # Its own session and the root directory: it outlives this relay and must pin none of its client's folders;
+    # so the package is found where this process found it, not through the working directory.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               start_new_session=True, close_fds=True)
+                               start_new_session=True, close_fds=True, cwd="/", env=env)
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], HOST_START_WAIT)
     line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
