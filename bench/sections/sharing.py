@@ -101,8 +101,20 @@ async def sharing(bench: Bench) -> None:
         return client
 
     try:
+        progress("sharing: start-up through a relay")
+        start = time.perf_counter()
         direct = await spawn(ALONE, "share-direct.duckdb")
+        alone_ms = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
         relayed = await spawn(SHARED, "share-relay.duckdb")
+        first_ms = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        await spawn(SHARED, "share-relay.duckdb")
+        warm_ms = (time.perf_counter() - start) * 1000
+        bench.record("share_init_alone_ms", "start to initialize reply, own process", alone_ms, "ms")
+        bench.record("share_init_first_ms", "start to initialize reply, first client (starts the host)",
+                     first_ms, "ms")
+        bench.record("share_init_warm_ms", "start to initialize reply, a client of a running host", warm_ms, "ms")
         progress("sharing: relay against direct")
         d_ingest, d_assemble = await _latencies(bench, direct, "direct")
         r_ingest, r_assemble = await _latencies(bench, relayed, "relay")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import os
 import signal
 import socket
 import struct
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +278,8 @@ class Host:
 def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
     """``context-sidecar host``: open the database, bind, say "ready" on stdout (or why not), serve."""
     host = Host(db, Path(socket_file), linger, memory_limit)
+    # pygls loads while DuckDB opens the file (and replays its WAL): relays waiting on a new host wait less.
+    threading.Thread(target=importlib.import_module, args=("sidecar.features",), daemon=True).start()
     try:
         host.open()
         host.listen()
