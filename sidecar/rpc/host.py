@@ -53,6 +53,7 @@ class SocketWriter:
         self.closed = False
 
     def write(self, data: bytes) -> None:
+        """Send now what the socket takes; keep the rest for when it is writable."""
         if self.closed:
             return
         if self.pending:
@@ -82,6 +83,7 @@ class SocketWriter:
             self.loop.remove_writer(self.sock.fileno())
 
     def close(self) -> None:
+        """Stop writing (the connection is ending)."""
         if self.pending and not self.closed:
             self.loop.remove_writer(self.sock.fileno())
         self.closed = True
