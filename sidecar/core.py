@@ -54,6 +54,8 @@ class Sidecar:
     """Assembled messages as JSON text, reused while they stay in the context."""
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
+    merge_root: str | None = None
+    """A workspace root whose file of earlier versions is to be merged before the store is first used."""
     cwd: str | None = None
     """Where relative paths in params start: a relay's working directory in a host; None for this process's."""
     workspace: str | None = None
@@ -90,6 +92,11 @@ class Sidecar:
             except (StorageFailure, ShareError) as error:
                 raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
             log.info("storage %s opened", path)
+        if self.merge_root is not None:
+            root, self.merge_root = self.merge_root, None
+            merged = self.merge_legacy(root)
+            if merged is not None:
+                log.warning("%s", merged)
         return self._storage
 
     def merge_legacy(self, workspace_root: str) -> str | None:

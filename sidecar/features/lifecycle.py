@@ -33,8 +33,9 @@ def setup(server: SidecarServer) -> None:
         root = workspace_root(params)
         ls.sidecar.workspace = workspace_key(root or ls.peer_cwd or os.getcwd())
         path = ls.sidecar.resolve_storage_path(root)
+        ls.sidecar.merge_root = root  # before any request uses the store
         # Opened just after the reply: importing DuckDB and opening the file need not delay initialize.
-        asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls, root)
+        asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls)
         log.info("initialized with storage %s", path)
         ls.initialized = True
         if summarizer_name(ls.sidecar.settings) == "openai":
@@ -77,21 +78,13 @@ OPEN_DELAY = 0.05
 """Seconds after initialize at which the store is opened, so that the initialize reply goes first."""
 
 
-def open_store(ls: SidecarServer, root: str | None = None) -> None:
-    """Open the store now; a lock held elsewhere is shown, and requests retry the open each time.
-
-    A client naming a root whose database of an earlier version (one per workspace) is still there gets
-    it merged into the per-user one first.
-    """
+def open_store(ls: SidecarServer) -> None:
+    """Open the store now (merging a workspace's file of earlier versions); a lock held elsewhere is shown."""
     try:
         ls.sidecar.store()
     except SidecarError as error:
         log.warning("%s", error.message)
         ls.show_message(f"context-sidecar: {error.message}", lsp.MessageType.Error)
-        return
-    merged = ls.sidecar.merge_legacy(root) if root else None
-    if merged is not None:
-        log.warning("%s", merged)
 
 
 def apply_settings(ls: SidecarServer, data: Any) -> None:
