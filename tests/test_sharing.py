@@ -26,6 +26,7 @@ from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.rpc import handshake
 from sidecar.rpc.socket_paths import socket_path
+from sidecar.transport import FrameReader
 
 CLI = [sys.executable, "-m", "sidecar"]
 WAIT = 30.0
@@ -428,3 +429,33 @@ async def test_relative_paths_start_in_the_clients_directory_not_the_hosts(tmp_p
         assert len(done["ids"]) == 1 and done["sessionId"] == "imp"
     finally:
         await agent.close()
+
+
+def _frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_bad_frames_through_a_relay_are_answered_and_the_relay_serves_on(tmp_path: Path, runtime: Path) -> None:
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "capabilities": {}, "initializationOptions": {"storage": {"path": str(tmp_path / "memory.duckdb")}}}})
+    payload = b"".join([
+        _frame(init.encode()),
+        _frame(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'),
+        _frame(b"this is not json"),
+        _frame(b'{"jsonrpc":"2.0","id":[1],"method":"memory/sessions","params":{}}'),
+        _frame(b'{"jsonrpc":"2.0","id":{"a":1},"method":"memory/sessions"}'),
+        b"junk before a header ",
+        _frame(b'{"jsonrpc":"2.0","id":2,"method":"memory/sessions","params":{}}'),
+        _frame(b'{"jsonrpc":"2.0","id":3,"method":"shutdown"}'),
+        _frame(b'{"jsonrpc":"2.0","method":"exit"}'),
+    ])
+    done = subprocess.run(CLI, input=payload, capture_output=True, timeout=WAIT, env=env_for(runtime))
+    assert done.returncode == 0, done.stderr[-2000:]
+    reader = FrameReader()
+    reader.feed(done.stdout)
+    replies = [frame.message for frame in reader.frames(stalled=True)]
+    by_id = {reply.get("id"): reply for reply in replies if "id" in reply}
+    assert by_id[2]["result"] == {"sessions": []} and by_id[3]["result"] is None
+    errors = [reply["error"]["code"] for reply in replies if reply.get("id") is None and "error" in reply]
+    assert codes.PARSE_ERROR in errors and codes.INVALID_REQUEST in errors
+    assert list(runtime.glob("context-sidecar/*.log"))  # it went through a host (which keeps its log there)

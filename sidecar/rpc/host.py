@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 LINGER_SECONDS = 5.0
 """How long a host stays up after its last connection closed (or, at start, for its first one)."""
+DRAIN_SECONDS = 10.0
+"""How long requests still running when a connection ends may take to send their replies."""
 HANDSHAKE_SECONDS = 5.0
 """How long a connection may take to send its handshake line."""
 
@@ -81,6 +83,19 @@ class SocketWriter:
         del self.pending[:sent]
         if not self.pending:
             self.loop.remove_writer(self.sock.fileno())
+
+    def finish(self) -> None:
+        """Send what waits in the buffer, blocking: the connection is about to close."""
+        if self.closed or not self.pending:
+            return
+        self.loop.remove_writer(self.sock.fileno())
+        try:
+            self.sock.setblocking(True)
+            self.sock.settimeout(DRAIN_SECONDS)
+            self.sock.sendall(self.pending)
+        except OSError as error:
+            log.info("connection closed before its last replies: %s", error)
+        self.pending.clear()
 
     def close(self) -> None:
         """Stop writing (the connection is ending)."""
@@ -203,8 +218,10 @@ class Host:
             await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             reader = FrameReader()
             reader.feed(rest)
-            await server.serve_fd(sock.fileno(), SocketWriter(sock, asyncio.get_running_loop()),
-                                  EarlyStart(reader, reader.frames()))
+            writer = SocketWriter(sock, asyncio.get_running_loop())
+            await server.serve_fd(sock.fileno(), writer, EarlyStart(reader, reader.frames()))
+            await self._answer_pending(server)
+            writer.finish()
         except Exception:
             log.exception("connection failed")
         finally:
@@ -258,6 +275,15 @@ class Host:
             gc.freeze()
             self._frozen = True
         return server
+
+    @staticmethod
+    async def _answer_pending(server: Any) -> None:
+        """Let requests read before ``exit`` or end of input send their replies, as a process of its own does."""
+        pending = list(server.protocol._request_futures.values())
+        if pending:
+            await asyncio.wait(pending, timeout=DRAIN_SECONDS)
+        for _ in range(2):
+            await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
 
     def watchers(self, origin: Any, session_id: str) -> list[Any]:
         """The other connections following a session: they worked on it, or follow it or its workspace."""

@@ -246,8 +246,9 @@ class Relay:
         if not isinstance(message, dict):
             return
         method = message.get("method")
-        if "id" in message and isinstance(method, str):
-            self.in_flight[message["id"]] = method
+        msg_id = message.get("id")
+        if isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool) and isinstance(method, str):
+            self.in_flight[msg_id] = method  # other ids are the host's to refuse, and never answered by id
         if method in REPLAYED:
             kept = self.opening.setdefault(method, [])
             if method == methods.CONTEXT_FOLLOW:
