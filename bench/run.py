@@ -83,7 +83,7 @@ def report(bench: Bench, mode: str, seconds: float) -> dict[str, Any]:
     }
 
 
-async def run(mode: str, json_path: str | None, profile: str | None) -> int:
+async def run(mode: str, json_path: str | None, profile: str | None, only: str | None = None) -> int:
     """Run every section and print the table and the JSON."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as workdir:
@@ -93,6 +93,8 @@ async def run(mode: str, json_path: str | None, profile: str | None) -> int:
         bench.info["git"] = revision()
         try:
             for section in SECTIONS:
+                if only is not None and section.__name__ != only:
+                    continue
                 progress(f"{section.__name__}: {section.__doc__}")
                 await section(bench)
                 if section is memory and bench.client is not None:
@@ -121,13 +123,15 @@ def main() -> int:
                       help="a few seconds, 20 ms LLM latency; for the smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON object here")
     parser.add_argument("--profile", metavar="PATH", help="run the main server under cProfile, stats to PATH")
+    parser.add_argument("--only", choices=["sharing"],
+                        help="run only this section (one that starts its own servers)")
     parser.add_argument("--settings", metavar="JSON", type=json.loads, default={},
                         help='extra server settings, e.g. \'{"storage": {"memoryLimit": "128MB"}}\'')
     args = parser.parse_args()
     merge(SETTINGS, args.settings)
     if args.profile:
         args.profile = os.path.abspath(args.profile)
-    return asyncio.run(run(args.mode or "full", args.json, args.profile))
+    return asyncio.run(run(args.mode or "full", args.json, args.profile, args.only))
 
 
 if __name__ == "__main__":
