@@ -19,6 +19,8 @@ GREP_PATTERN = "econnreset"  # lower case on purpose: the default search ignores
 PI_SESSION = Path(os.environ.get("CONTEXT_SIDECAR_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
                   ) / "pi-large-session.jsonl"
 """A real pi coding-agent session (918 messages, about 87k tokens), for pruning and compaction."""
+SERVER = [sys.executable, "-m", "sidecar", "--no-share"]
+"""The server every section but sharing runs: a process of its own, whose memory and log are its own."""
 SETTINGS: dict[str, Any] = {"compaction": {"auto": False, "maxTokens": -1}}
 """Auto-compaction off, so every figure measures storage and assembly alone; --settings adds to it."""
 
@@ -81,6 +83,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "window_incremental_rejected": ("<=", 0),
     "window_full_rejected": ("<=", 0),
     "window_handoff_rejected": ("<=", 0),
+    "share_eight_ratio": (">=", 0.8),
+    "share_lost_messages": ("<=", 0),
+    "share_recovery_s": ("<=", 2),
 }
 
 

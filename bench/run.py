@@ -28,6 +28,7 @@ from bench.sections.grep_compacted import grep_compacted
 from bench.sections.prompt_cache import prompt_cache
 from bench.sections.pruning import pruning
 from bench.sections.retention import rule_retention
+from bench.sections.sharing import sharing
 from bench.sections.storage import (
     assemble,
     batch_ingest,
@@ -43,8 +44,7 @@ from bench.traffic import conversation
 
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
     startup, serve, single_ingest, batch_ingest, large_load, assemble, grep, pruning, memory, compaction,
-    prompt_cache, rule_retention,
-    summarizer_window, grep_compacted,
+    prompt_cache, rule_retention, summarizer_window, grep_compacted, sharing,
 ]
 """In order; compaction and the sections after it run their own servers, so the main server's peak memory
 is read before them."""
@@ -95,7 +95,7 @@ def report(bench: Bench, mode: str, seconds: float) -> dict[str, Any]:
     }
 
 
-async def run(mode: str, json_path: str | None, profile: str | None) -> int:
+async def run(mode: str, json_path: str | None, profile: str | None, only: str | None = None) -> int:
     """Run every section and print the table and the JSON."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as workdir:
@@ -105,6 +105,8 @@ async def run(mode: str, json_path: str | None, profile: str | None) -> int:
         bench.info["git"] = revision()
         try:
             for section in SECTIONS:
+                if only is not None and section.__name__ != only:
+                    continue
                 progress(f"{section.__name__}: {section.__doc__}")
                 await section(bench)
                 if section is memory and bench.client is not None:
@@ -133,13 +135,15 @@ def main() -> int:
                       help="a few seconds, 20 ms LLM latency; for the smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON object here")
     parser.add_argument("--profile", metavar="PATH", help="run the main server under cProfile, stats to PATH")
+    parser.add_argument("--only", choices=["sharing"],
+                        help="run only this section (one that starts its own servers)")
     parser.add_argument("--settings", metavar="JSON", type=json.loads, default={},
                         help='extra server settings, e.g. \'{"storage": {"memoryLimit": "128MB"}}\'')
     args = parser.parse_args()
     merge(SETTINGS, args.settings)
     if args.profile:
         args.profile = os.path.abspath(args.profile)
-    return asyncio.run(run(args.mode or "full", args.json, args.profile))
+    return asyncio.run(run(args.mode or "full", args.json, args.profile, args.only))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ MEMORY_CALL_TOOL = "memory/callTool"
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
+CONTEXT_FOLLOW = "context/follow"
 
 # Notifications, client to server.
 CONTEXT_REPORT_USAGE = "context/reportUsage"
@@ -46,6 +47,7 @@ REQUESTS = (
     CONTEXT_USAGE,
     MEMORY_PIN,
     MEMORY_CALL_TOOL,
+    CONTEXT_FOLLOW,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

@@ -231,7 +231,10 @@ class PinResult:
 
 @attrs.define
 class SessionsParams:
-    """Params of ``memory/sessions``; it takes none."""
+    """Params of ``memory/sessions``."""
+
+    workspace: str | None = None
+    """Only sessions of this workspace (a directory path)."""
 
 
 @attrs.define
@@ -244,11 +247,29 @@ class SessionSummary:
     title: str | None = None
     model: str | None = None
     context_window: int | None = None
+    workspace: str | None = None
 
 
 @attrs.define
 class SessionsResult:
     sessions: list[SessionSummary]
+
+
+@attrs.define
+class FollowParams:
+    """Params of ``context/follow`` (*extension*): a session, or every session of a workspace, or both."""
+
+    follow: bool
+    session_id: str | None = None
+    workspace: str | None = None
+
+
+@attrs.define
+class FollowResult:
+    """What the connection follows by request after the change (it also follows the sessions it worked on)."""
+
+    sessions: list[str]
+    workspaces: list[str]
 
 
 @attrs.define

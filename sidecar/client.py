@@ -92,7 +92,7 @@ class SidecarClient:
                     capabilities: dict[str, Any] | None = None, will_compact: WillCompactHook | None = None,
                     stderr: int | str | os.PathLike[str] | IO[Any] | None = None,
                     timeout: float = 30.0) -> SidecarClient:
-        """Start ``context-sidecar`` as a subprocess and initialize it; ``stderr`` may be a path."""
+        """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path."""
         argv = list(command or [sys.executable, "-m", "sidecar"])
         if db is not None:
             argv += ["--db", db]

@@ -1,6 +1,8 @@
 """pytest plugin for agent authors: a real context-sidecar and a scriptable OpenAI-compatible server as fixtures.
 
 Installed with the package (entry point ``pytest11: context_sidecar``); async fixtures need pytest-asyncio.
+Sidecars a test spawns on one database share it through a host, as an editor and an agent would; each
+test's database is a fresh file with a host of its own, so tests stay apart.
 
     import pytest
     from sidecar.pytest_plugin import llm_settings

@@ -18,7 +18,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
 
-SERVER_COMMAND = [sys.executable, "-m", "sidecar"]
+SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
+"""Each test's server opens its database itself; tests/test_sharing.py covers the shared default."""
 SHARED_DATA = Path(os.environ.get("CONTEXT_SIDECAR_TEST_DATA")
                    or Path(__file__).resolve().parents[2] / "shared" / "data")
 """Beside the repository; a checkout elsewhere names the directory in CONTEXT_SIDECAR_TEST_DATA."""

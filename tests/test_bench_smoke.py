@@ -27,6 +27,10 @@ FIGURES = [
     "grep_5k_before_ms", "grep_5k_after_ms", "grep_5k_ratio",
     *(f"window_{mode}_{what}" for mode in ("incremental", "full", "handoff")
       for what in ("wall_s", "calls", "rounds", "largest_prompt")),
+    *(f"share_{what}_{how}" for what in ("ingest", "assemble") for how in ("direct_p50_ms", "relay_p50_ms",
+                                                                            "relay_ratio")),
+    "share_init_alone_ms", "share_init_first_ms", "share_init_warm_ms",
+    "share_one_msgs_per_s", "share_eight_msgs_per_s", "share_eight_ratio", "share_recovery_s",
 ]
 CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
          for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]

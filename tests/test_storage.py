@@ -10,7 +10,7 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
-from sidecar.config.paths import default_storage_path
+from sidecar.config.paths import default_storage_path, legacy_workspace_path
 from sidecar.config.settings import size_in_bytes
 from sidecar.engine.messages import message_row
 from sidecar.storage import Storage, StorageLocked, database
@@ -141,17 +141,18 @@ def test_storage_locked_names_file_and_pid(tmp_path):
         holder.wait()
 
 
-def test_default_path_is_per_user_and_per_workspace(monkeypatch, tmp_path):
+def test_default_path_is_per_user_for_every_workspace(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_storage_path(None) == str(tmp_path / "context-sidecar" / "memory.duckdb")
-    one = default_storage_path("/home/me/projects/app")
-    two = default_storage_path("/home/me/other/app")
+    assert default_storage_path("/home/me/projects/app") == default_storage_path(None)
+    one = legacy_workspace_path("/home/me/projects/app")
+    two = legacy_workspace_path("/home/me/other/app")
     assert one != two
     assert os.path.dirname(one) == str(tmp_path / "context-sidecar" / "workspaces")
     assert os.path.basename(one).startswith("app-")
 
 
-async def test_workspace_root_picks_a_per_workspace_file(tmp_path):
+async def test_workspace_root_uses_the_per_user_file_and_tags_sessions(tmp_path):
     from lsprotocol import types as lsp
 
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
@@ -159,8 +160,10 @@ async def test_workspace_root_picks_a_per_workspace_file(tmp_path):
         result = await client.initialize_session(lsp.InitializeParams(
             capabilities=lsp.ClientCapabilities(), root_uri=(tmp_path / "proj").as_uri()))
         storage = result.capabilities.experimental["contextSidecar"]["storage"]
-        assert storage.startswith(str(tmp_path / "data" / "context-sidecar" / "workspaces" / "proj-"))
+        assert storage == str(tmp_path / "data" / "context-sidecar" / "memory.duckdb")
         await ingest(client, "s", [{"role": "user", "content": "hi"}])
+        listed = await call(client, methods.MEMORY_SESSIONS, {})
+        assert listed["sessions"][0]["workspace"] == os.path.realpath(tmp_path / "proj")
         await client.shutdown_session()
     assert os.path.exists(storage)
 

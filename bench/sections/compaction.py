@@ -53,7 +53,7 @@ async def compact_once(bench: Bench, key: str, llm: dict[str, Any], previous: as
     settings = copy.deepcopy(SETTINGS)
     merge(settings, {"compaction": {"auto": False, "maxTokens": MAX_TOKENS}, "llm": llm})
     log = bench.workdir / f"compact-{key}.log"
-    command = [sys.executable, "-m", "sidecar", "-v", "--log-file", str(log)]
+    command = [sys.executable, "-m", "sidecar", "--no-share", "-v", "--log-file", str(log)]
     client = await SidecarClient.spawn(command, db=str(bench.workdir / f"compact-{key}.duckdb"), settings=settings)
     try:
         started = time.perf_counter()

@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 
-from bench.core import BUDGET, GREP_PATTERN, SETTINGS, Bench, percentile, proc_status, progress, timed
+from bench.core import BUDGET, GREP_PATTERN, SERVER, SETTINGS, Bench, percentile, proc_status, progress, timed
 from protocol import methods
 from sidecar.client import SidecarClient
 from sidecar.rpc.server import CHECKPOINT_DELAY
@@ -42,7 +42,7 @@ async def startup(bench: Bench) -> None:
     times, ready = [], []
     for n in range(bench.sizes.spawns):
         start = time.perf_counter()
-        client = await SidecarClient.spawn(db=str(bench.workdir / f"start-{n}.duckdb"), settings=SETTINGS)
+        client = await SidecarClient.spawn(SERVER, db=str(bench.workdir / f"start-{n}.duckdb"), settings=SETTINGS)
         times.append((time.perf_counter() - start) * 1000)
         await client.sessions()
         ready.append((time.perf_counter() - start) * 1000)
@@ -54,9 +54,9 @@ async def startup(bench: Bench) -> None:
 
 async def serve(bench: Bench) -> None:
     """Start the main server and measure its idle memory."""
-    command = None
+    command = SERVER
     if bench.profile:
-        command = [sys.executable, "-m", "cProfile", "-o", bench.profile, "-m", "sidecar"]
+        command = [sys.executable, "-m", "cProfile", "-o", bench.profile, "-m", "sidecar", "--no-share"]
     bench.client = await SidecarClient.spawn(command, db=bench.db, settings=SETTINGS)
     await asyncio.sleep(bench.sizes.settle)
     bench.record("rss_idle_mb", "server RSS after initialize", proc_status(bench.live.process.pid)["VmRSS"],

@@ -1,4 +1,4 @@
-"""Where the database lives: the per-user data directory, one file per workspace."""
+"""Where the database lives: one file in the per-user data directory, for every workspace."""
 
 from __future__ import annotations
 
@@ -10,15 +10,23 @@ from urllib.parse import unquote, urlparse
 import platformdirs
 
 
-def default_storage_path(workspace_root: str | None) -> str:
-    """The per-user database, or one per workspace when the client names a root."""
+def default_storage_path(workspace_root: str | None = None) -> str:
+    """The per-user database, one for every workspace (sessions record theirs)."""
+    return str(Path(platformdirs.user_data_dir("context-sidecar", appauthor=False)) / "memory.duckdb")
+
+
+def legacy_workspace_path(workspace_root: str) -> str:
+    """Where versions before sharing kept a workspace's own database; merged into the per-user one on first use."""
     base = Path(platformdirs.user_data_dir("context-sidecar", appauthor=False))
-    if not workspace_root:
-        return str(base / "memory.duckdb")
     root = os.path.abspath(workspace_root)
     digest = hashlib.sha256(root.encode()).hexdigest()[:12]
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(root) or "root")
     return str(base / "workspaces" / f"{name}-{digest}.duckdb")
+
+
+def workspace_key(path: str) -> str:
+    """A workspace directory as sessions record it: absolute, symlinks resolved."""
+    return os.path.realpath(os.path.expanduser(path))
 
 
 def workspace_path(root_uri: str | None, folder_uri: str | None, root_path: str | None) -> str | None:

@@ -16,12 +16,12 @@ from typing import Any
 import attrs
 
 from protocol.methods import COMPACTION_MODES
+from sidecar.config.defaults import DEFAULT_MEMORY_LIMIT
 from sidecar.wire import Replaced, structure_lenient
 
 MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-DEFAULT_MEMORY_LIMIT = "512MB"
 MIN_MEMORY_LIMIT = "64MB"
 """Below this, writes of 40 KB tool outputs failed in DuckDB, their rollback too, invalidating the database."""
 INT_MAX = 2**31 - 1
@@ -78,10 +78,13 @@ class memory_size:
 @attrs.define(frozen=True)
 class StorageSettings:
     path: str | None = None
-    """DuckDB file; ``:memory:`` for none. Default: per-workspace file in the user's data dir."""
+    """DuckDB file; ``:memory:`` for none. Default: one file in the user's data dir, for every workspace."""
 
     memory_limit: str = attrs.field(default=DEFAULT_MEMORY_LIMIT, validator=memory_size(MIN_MEMORY_LIMIT))
     """DuckDB ``memory_limit``; its buffer pool otherwise grows to gigabytes (trimmed after checkpoints)."""
+
+    share: bool = True
+    """Share the database with other context-sidecar processes through a host (false: open it in this process)."""
 
 
 @attrs.define(frozen=True)

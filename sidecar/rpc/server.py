@@ -45,6 +45,7 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.CONTEXT_USAGE: types.UsageParams,
     methods.MEMORY_PIN: types.PinParams,
     methods.MEMORY_CALL_TOOL: types.CallToolParams,
+    methods.CONTEXT_FOLLOW: types.FollowParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5
@@ -170,12 +171,21 @@ class SidecarServer(LanguageServer):
         self.initialized = False
         self.shutdown_requested = False
         self.touched_sessions: set[str] = set()
+        self.following_sessions: set[str] = set()
+        """Sessions this connection asked to follow (context/follow); it also follows every one it touched."""
+        self.following_workspaces: set[str] = set()
         self.background_tasks: set[asyncio.Task[Any]] = set()
         self.change_listeners: list[Callable[[str, types.Usage], None]] = []
         self.compactions: CompactionRunner | None = None
         self._exit_code: int | None = None
+        self.hub: Any = None
+        """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
+        self.peer_cwd: str | None = None
+        """The working directory of the relay on the other end, for a host's connection."""
         self._checkpoint: asyncio.TimerHandle | None = None
-        logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietExpectedErrors())
+        json_rpc_log = logging.getLogger("pygls.protocol.json_rpc")
+        if not any(isinstance(f, _QuietExpectedErrors) for f in json_rpc_log.filters):  # a host has many servers
+            json_rpc_log.addFilter(_QuietExpectedErrors())
 
     def capabilities(self) -> dict[str, Any]:
         """``capabilities.experimental.contextSidecar`` of the initialize result."""
@@ -235,12 +245,31 @@ class SidecarServer(LanguageServer):
         if self.sidecar.usage_notifications:
             self.notify_in_order(methods.CONTEXT_DID_CHANGE_USAGE, unstructure(usage))
 
+    def push_session_usage(self, usage: types.Usage) -> None:
+        """Send a session's usage here and to every other connection of the host following the session."""
+        self.push_usage(usage)
+        if self.hub is not None:
+            for other in self.hub.watchers(self, usage.session_id):
+                other.push_usage(usage)
+
     def session_changed(self, session_id: str, usage: types.Usage) -> None:
         """A session's figures changed: tell the client, and let listeners (auto-compaction) look."""
         self.touched_sessions.add(session_id)
-        self.push_usage(usage)
+        self.push_session_usage(usage)
         for listener in self.change_listeners:
             listener(session_id, usage)
+
+    def follows(self, session_id: str, workspace: str | None) -> bool:
+        """Whether this connection is told about changes of the session (of the workspace)."""
+        return session_id in self.touched_sessions or session_id in self.following_sessions or (
+            workspace is not None and workspace in self.following_workspaces)
+
+    def notify_session(self, session_id: str, method: str, params: Any) -> None:
+        """Send a notification about a session here and to every other connection of the host following it."""
+        self.notify_in_order(method, params)
+        if self.hub is not None:
+            for other in self.hub.watchers(self, session_id):
+                other.notify_in_order(method, params)
 
     def show_message(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
         """window/showMessage."""
@@ -270,10 +299,14 @@ class SidecarServer(LanguageServer):
 
         ``early`` carries what was read (and perhaps answered) before the server existed.
         """
-        self.protocol.set_writer(StdoutWriter(stdout))
+        return await self.serve_fd(stdin.fileno(), StdoutWriter(stdout), early)
+
+    async def serve_fd(self, fd: int, writer: Any, early: EarlyStart | None = None) -> int:
+        """``serve`` on a readable descriptor (stdin, or a host's connection) and a pygls writer."""
+        self.protocol.set_writer(writer)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
-        watching = watch_input(stdin.fileno(), loop, chunks)
+        watching = watch_input(fd, loop, chunks)
         reader = FrameReader() if early is None else early.reader
         if early is not None:
             if early.answered is not None:
@@ -297,7 +330,7 @@ class SidecarServer(LanguageServer):
                     break
             await asyncio.sleep(0)
         if watching:
-            loop.remove_reader(stdin.fileno())
+            loop.remove_reader(fd)
         self.sidecar.close()
         return self._exit_code if self._exit_code is not None else (0 if self.shutdown_requested else 1)
 

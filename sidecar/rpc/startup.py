@@ -40,21 +40,41 @@ class EarlyStart:
     frames: list[Frame]
     answered: dict[str, Any] | None = None
     """The initialize result sent for ``frames[0]``, when it was answered early."""
+    raw: bytearray = attrs.field(factory=bytearray)
+    """Every byte read, as read: a relay forwards them to the host."""
 
 
 def start(stdin_fd: int, stdout: BinaryIO, storage_path: str | None) -> EarlyStart:
     """Import the server in a thread; meanwhile read the first message and answer it if it is initialize."""
+    preload()
+    return answer(read_first(stdin_fd, FIRST_MESSAGE_WAIT), stdout, storage_path)
+
+
+def preload() -> None:
+    """Import the server and DuckDB in a background thread."""
     threading.Thread(target=_preload, daemon=True, name="import-server").start()
+
+
+def read_first(stdin_fd: int, wait: float | None) -> EarlyStart:
+    """Read until the first message is complete, end of input, or ``wait`` seconds without bytes."""
     early = EarlyStart(FrameReader(), [])
     if os.name == "nt":  # select() does not take pipes there
         return early
     while not early.frames:
-        ready, _, _ = select.select([stdin_fd], [], [], FIRST_MESSAGE_WAIT)
+        ready, _, _ = select.select([stdin_fd], [], [], wait)
         data = os.read(stdin_fd, 1 << 16) if ready else b""
         if not data:
             return early  # end of input, or a slow client: the server reads on
+        early.raw += data
         early.reader.feed(data)
         early.frames = early.reader.frames()
+    return early
+
+
+def answer(early: EarlyStart, stdout: BinaryIO, storage_path: str | None) -> EarlyStart:
+    """Answer the first message now if it is a plain initialize."""
+    if not early.frames:
+        return early
     message = early.frames[0].message
     if not _plain_initialize(message):
         return early
@@ -99,6 +119,21 @@ def sidecar_capabilities(served: list[str], summarizer: str, storage: str) -> di
     """``capabilities.experimental.contextSidecar`` of the initialize result (the server's and the early one)."""
     return {"protocolVersion": methods.PROTOCOL_VERSION, "methods": served,
             "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": storage}
+
+
+def storage_of(message: Any, storage_path: str | None) -> tuple[str, str, bool] | None:
+    """(database path, memoryLimit, share) that the first message asks for; None if it is no plain initialize."""
+    if not _plain_initialize(message):
+        return None
+    try:
+        params = message["params"]
+        settings, _ = read_settings(params.get("initializationOptions"))
+        folders = params.get("workspaceFolders") or []
+        root = workspace_path(params.get("rootUri"), folders[0]["uri"] if folders else None, params.get("rootPath"))
+        path = storage_path or settings.storage.path or default_storage_path(root)
+    except Exception:  # the server answers what is wrong with it
+        return None
+    return path, settings.storage.memory_limit, settings.storage.share
 
 
 def _plain_initialize(message: Any) -> bool:

@@ -30,6 +30,7 @@ from protocol.types import (
     SessionsResult,
     SessionSummary,
 )
+from sidecar.config.paths import workspace_key
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import MessageRow, check_message, message_row
 from sidecar.engine.rules import footer_rules
@@ -71,6 +72,8 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                 "metadata": params.session.metadata}
     store = sidecar.store()
     existing = store.session(params.session_id)
+    if sidecar.workspace is not None and (existing is None or existing.workspace is None):
+        info["workspace"] = sidecar.workspace
     names = _tool_names(params.messages)
     recent = sidecar.recent_calls.setdefault(params.session_id, {})
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
@@ -236,13 +239,17 @@ def pin(sidecar: Sidecar, params: PinParams) -> PinResult:
     return PinResult(ids=changed, usage=sidecar.usage(sidecar.session(session.session_id)))
 
 
-def sessions(sidecar: Sidecar) -> SessionsResult:
-    """Every stored session, most recently updated first."""
+def sessions(sidecar: Sidecar, workspace: str | None = None) -> SessionsResult:
+    """Every stored session (of ``workspace``, if given), most recently updated first."""
     rows = sidecar.store().sessions()
+    if workspace is not None:
+        wanted = workspace_key(workspace)
+        rows = [row for row in rows if row.workspace == wanted]
     return SessionsResult(sessions=[
         SessionSummary(session_id=row.session_id, messages=row.message_count, summaries=row.summary_count,
                        tokens=sidecar.estimated_tokens(row), updated_at=iso(row.updated_at) or "",
-                       title=row.title, model=row.model, context_window=sidecar.context_window(row))
+                       title=row.title, model=row.model, context_window=sidecar.context_window(row),
+                       workspace=row.workspace)
         for row in rows
     ])
 
@@ -270,7 +277,7 @@ def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
     fmt = params.format or "auto"
     if fmt != "auto" and fmt not in FORMATS:
         raise invalid_params(f"format must be auto or one of {', '.join(FORMATS)}", "format")
-    path = Path(params.path).expanduser()
+    path = Path(sidecar.cwd or ".", Path(params.path).expanduser())
     if not path.is_file():
         raise invalid_params(f"no transcript file at {str(path)!r}", "path")
     try:

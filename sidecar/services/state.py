@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import TYPE_CHECKING
 
 import attrs
@@ -11,8 +12,9 @@ import attrs
 from protocol import errors as codes
 from protocol.types import Usage, UsageSource
 from sidecar.config.models import context_window_for
-from sidecar.config.paths import default_storage_path
+from sidecar.config.paths import default_storage_path, legacy_workspace_path, workspace_key
 from sidecar.config.settings import Settings
+from sidecar.config.sockets import ShareError, check_owner
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
@@ -53,6 +55,21 @@ class Sidecar:
     """Per session, after a failed auto-compaction: (not before this monotonic time, the next delay)."""
     auto_idle_at: dict[str, int] = attrs.field(factory=dict)
     """Per session: context size at which auto-compaction last found nothing to do."""
+    merge_root: str | None = None
+    """A workspace root whose file of earlier versions is to be merged before the store is first used."""
+    cwd: str | None = None
+    """Where relative paths in params start: a relay's working directory in a host; None for this process's."""
+    workspace: str | None = None
+    """Where this connection's new sessions belong: the client's root, else the agent's working directory."""
+    owns_storage: bool = True
+    """False for a host's connections: the store is the host's, opened and closed by it."""
+
+    def attached(self) -> Sidecar:
+        """A connection's view of this (a host's) sidecar: own settings, the same store and per-session state."""
+        return Sidecar(storage_path=self.storage_path, storage=self._storage, compacting=self.compacting,
+                       assembled=self.assembled, recent_calls=self.recent_calls, rendered=self.rendered,
+                       auto_backoff=self.auto_backoff, auto_idle_at=self.auto_idle_at,
+                       prompt_samples=self.prompt_samples, owns_storage=False)
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
@@ -69,14 +86,43 @@ class Sidecar:
             from sidecar.storage.database import Storage  # DuckDB loads on first use, not at start-up
 
             try:
+                check_owner(path)
                 self._storage = Storage.open(path, self.settings.storage.memory_limit)
             except StorageLocked as error:
                 raise SidecarError(codes.STORAGE_LOCKED, str(error), {"path": error.path, "pid": error.pid}) \
                     from error
-            except StorageFailure as error:
+            except (StorageFailure, ShareError) as error:
                 raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
             log.info("storage %s opened", path)
+        if self.merge_root is not None:
+            root, self.merge_root = self.merge_root, None
+            merged = self.merge_legacy(root)
+            if merged is not None:
+                log.warning("%s", merged)
         return self._storage
+
+    def merge_legacy(self, workspace_root: str) -> str | None:
+        """Carry the workspace's file of earlier versions into the per-user database; returns what was done.
+
+        Only when this is the per-user default database. The old file is renamed ``*.merged`` once every
+        session of it is here; a session whose id exists here already is left in it (and the file kept).
+        """
+        legacy = legacy_workspace_path(workspace_root)
+        if not (self.storage_path and os.path.exists(legacy)) or \
+                os.path.realpath(self.storage_path) != os.path.realpath(default_storage_path()):
+            return None
+        from sidecar.storage.database import Storage
+
+        try:
+            Storage.open(legacy, self.settings.storage.memory_limit).close()  # migrated, its WAL folded in
+            copied, left = self.store().merge_file(legacy, workspace_key(workspace_root))
+        except (StorageFailure, StorageLocked) as error:
+            return f"could not merge {legacy} into {self.storage_path} (tried again next time): {error}"
+        if left:
+            return (f"merged {len(copied)} sessions of {legacy} into {self.storage_path}; kept the file, whose "
+                    f"sessions {', '.join(left)} have namesakes there")
+        os.replace(legacy, legacy + ".merged")
+        return f"merged {len(copied)} sessions of {legacy} into {self.storage_path}"
 
     def noticed(self, error: BaseException) -> None:
         """Look at a request's failure: one that invalidated the database gets it reopened on the next request."""
@@ -113,6 +159,8 @@ class Sidecar:
 
     def close(self) -> None:
         """Checkpoint and close the store, if open."""
+        if not self.owns_storage:
+            return
         store, self._storage = self._storage, None
         if store is not None:
             store.close()

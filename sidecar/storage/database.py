@@ -26,6 +26,7 @@ from sidecar.storage.connection import (
 from sidecar.storage.imports import ImportWrites
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
+from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.rows import (
     Anchors,
@@ -47,7 +48,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries):
+class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFiles):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:

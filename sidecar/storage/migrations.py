@@ -148,10 +148,16 @@ def m005_message_sources(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m006_session_workspace(db: duckdb.DuckDBPyConnection) -> None:
+    """The workspace a session belongs to: the client's root, or the agent's working directory; NULL before."""
+    db.execute("ALTER TABLE sessions ADD COLUMN workspace VARCHAR")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
     ("004_pinned_rules", m004_pinned_rules),
     ("005_message_sources", m005_message_sources),
+    ("006_session_workspace", m006_session_workspace),
 ]

@@ -48,6 +48,8 @@ class SessionRow:
     prunable_rule: str | None = None
     live_after: int = 0
     """Messages with a greater seq are in the context without a context_items row (see Storage.session)."""
+    workspace: str | None = None
+    """The workspace the session was first stored from (a directory), or None for sessions older than that."""
     live_count: int = 0
     """How many such messages there are; not stored, counted when the session is read."""
 

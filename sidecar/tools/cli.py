@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from protocol import methods
 from sidecar import __version__
+from sidecar.config.defaults import DEFAULT_MEMORY_LIMIT
 
 if TYPE_CHECKING:
     from sidecar.tools.prompt_cache import Prices
@@ -25,9 +26,16 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
+
+Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
+socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
+context-sidecar on that file relays its stdio to the host, so editors and agents see the same sessions.
+--no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
+is never shared.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
-DB_HELP = "DuckDB file to use (':memory:' for none); default: per-user data dir, per workspace"
+DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
@@ -51,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"context-sidecar {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
+    parser.add_argument("--no-share", dest="share", action="store_false",
+                        help="open the database in this process instead of sharing it through a host")
     parser.add_argument("--clientProcessId", "--client-process-id", dest="client_process_id", type=int,
                         metavar="PID", help="exit when this process ends (sent by editor clients)")
     commands = parser.add_subparsers(dest="command", metavar="command")
@@ -102,6 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
+
+    host = commands.add_parser(
+        "host", parents=[in_command], help="serve a database to relays (started on demand)",
+        description="Open --db and serve it on a Unix socket to every context-sidecar relaying to it; exit, with "
+                    "a checkpoint, --linger seconds after the last connection closed. Relays start it by themselves; "
+                    "prints 'ready PID' (or 'error CODE MESSAGE') on stdout once it listens (or cannot).")
+    host.add_argument("--socket", required=True, metavar="PATH", help="where to listen")
+    host.add_argument("--linger", type=float, default=5.0, metavar="SECONDS",
+                      help="seconds to stay up without connections (default 5)")
+    host.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, metavar="SIZE",
+                      help=f"DuckDB memory_limit (default {DEFAULT_MEMORY_LIMIT})")
     return parser
 
 
@@ -144,16 +165,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off)
-    return serve(args.db, args.client_process_id)
+    if args.command == "host":
+        if not args.db:
+            build_parser().error("host needs --db")
+        from sidecar.rpc import host
+
+        return host.main(args.db, args.socket, args.linger, args.memory_limit)
+    return serve(args.db, args.client_process_id, args.share, args.verbose, args.log_file)
 
 
-def serve(db: str | None, client_process_id: int | None) -> int:
-    """Serve the protocol on stdio until ``exit``; returns the exit code."""
+def serve(db: str | None, client_process_id: int | None, share: bool = True, verbose: int = 0,
+          log_file: str | None = None) -> int:
+    """Serve the protocol on stdio until ``exit``, relaying to the database's host when it is shared."""
     from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
-    early = early_start.start(sys.stdin.buffer.fileno(), stdout, db)
+    stdin = sys.stdin.buffer.fileno()
+    if not share or db == ":memory:" or os.name == "nt":
+        early = early_start.start(stdin, stdout, db)
+    else:
+        early = early_start.read_first(stdin, None)
+        wanted = early_start.storage_of(early.frames[0].message, db) if early.frames else None
+        if wanted is not None and wanted[2] and wanted[0] != ":memory:":
+            from sidecar.rpc import relay
+
+            log_args = ["-v" * verbose] if verbose else []
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id)
+            if code is not None:
+                return code
+        early_start.preload()
+        early = early_start.answer(early, stdout, db)
 
     from sidecar.rpc.handlers import setup  # waits for the thread importing it
     from sidecar.rpc.server import SidecarServer

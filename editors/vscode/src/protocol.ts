@@ -22,6 +22,7 @@ export const Methods = {
   CONTEXT_ASSEMBLE: 'context/assemble',
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_USAGE: 'context/usage',
+  CONTEXT_FOLLOW: 'context/follow',
   CONTEXT_REPORT_USAGE: 'context/reportUsage',
   CONTEXT_DID_CHANGE_USAGE: 'context/didChangeUsage',
   CONTEXT_DID_COMPACT: 'context/didCompact',
@@ -42,6 +43,7 @@ export const ErrorCodes = {
   COMPACTION_RUNNING: -32011,
   STORAGE_LOCKED: -32020,
   STORAGE_ERROR: -32021,
+  HOST_CONNECTION_LOST: -32022,
 } as const;
 
 export type UsageState = 'ok' | 'suggest' | 'compact' | 'compacting' | 'overflow';

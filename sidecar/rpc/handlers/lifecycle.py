@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from typing import Any
 
 from lsprotocol import types as lsp
 
 from protocol import methods
-from sidecar.config.paths import workspace_path
+from sidecar.config.paths import workspace_key, workspace_path
 from sidecar.config.settings import read_settings, summarizer_name
 from sidecar.rpc.server import SidecarServer
 from sidecar.services.errors import SidecarError
@@ -29,7 +30,10 @@ def setup(server: SidecarServer) -> None:
         if isinstance(wanted, dict):
             ls.sidecar.usage_notifications = wanted.get("usageNotifications", True) is not False
             ls.sidecar.compaction_hooks = wanted.get("compactionHooks", False) is True
-        path = ls.sidecar.resolve_storage_path(workspace_root(params))
+        root = workspace_root(params)
+        ls.sidecar.workspace = workspace_key(root or ls.peer_cwd or os.getcwd())
+        path = ls.sidecar.resolve_storage_path(root)
+        ls.sidecar.merge_root = root  # before any request uses the store
         # Opened just after the reply: importing DuckDB and opening the file need not delay initialize.
         asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls)
         log.info("initialized with storage %s", path)
@@ -75,7 +79,7 @@ OPEN_DELAY = 0.05
 
 
 def open_store(ls: SidecarServer) -> None:
-    """Open the store now; a lock held elsewhere is shown, and requests retry the open each time."""
+    """Open the store now (merging a workspace's file of earlier versions); a lock held elsewhere is shown."""
     try:
         ls.sidecar.store()
     except SidecarError as error:

@@ -64,7 +64,7 @@ def setup(server: SidecarServer) -> None:
 
     @server.feature(methods.MEMORY_SESSIONS)
     async def sessions(ls: SidecarServer, params: SessionsParams) -> Any:
-        return unstructure(memory.sessions(ls.sidecar))
+        return unstructure(memory.sessions(ls.sidecar, params.workspace))
 
     @server.feature(methods.MEMORY_DELETE_SESSION)
     async def delete_session(ls: SidecarServer, params: DeleteSessionParams) -> Any:

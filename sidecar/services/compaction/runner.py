@@ -43,8 +43,11 @@ class CompactionPeer(Protocol):
     def notify_in_order(self, method: str, params: Any) -> None:
         """Send a notification after the replies already queued."""
 
-    def push_usage(self, usage: Usage) -> None:
-        """Send the session's usage, if the client wants it."""
+    def push_session_usage(self, usage: Usage) -> None:
+        """Send the session's usage to this client and every other one following the session."""
+
+    def notify_session(self, session_id: str, method: str, params: Any) -> None:
+        """Send a notification about a session to this client and every other one following it, in order."""
 
     async def ask(self, method: str, params: Any, timeout: float) -> Any:
         """A request to the client; TimeoutError, or PeerRequestFailed when it answers an error."""
@@ -145,7 +148,7 @@ class CompactionRunner:
         if outcome.compacted:
             self.server.settle_later()
             # After the usage pushed above, so a client that reacts to didCompact already has the new usage.
-            self.server.notify_in_order(methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after)))
@@ -220,7 +223,7 @@ class CompactionRunner:
     def _push_usage(self, session_id: str) -> None:
         session = self.sidecar.store().session(session_id)
         if session is not None:
-            self.server.push_usage(self.sidecar.usage(session))
+            self.server.push_session_usage(self.sidecar.usage(session))
 
     # Automatic compaction
 

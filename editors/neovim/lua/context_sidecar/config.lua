@@ -8,7 +8,7 @@ local M = {}
 ---@class ContextSidecarOptions
 ---@field cmd string[] command line of the server; `--stdio` is added if absent
 ---@field cmd_env table<string, string>|nil extra environment, e.g. the variable named by `llm.apiKeyEnv`
----@field root_dir string|nil workspace root sent to the server (it picks a per-workspace database); default: cwd
+---@field root_dir string|nil workspace root sent to the server (its new sessions are tagged with it); default: cwd
 ---@field settings table protocol Settings (contextWindow, compaction, prune, llm, storage), sent as initializationOptions
 ---@field autostart boolean start the server on setup()
 ---@field session string|nil session to show; nil follows the most recently updated one
