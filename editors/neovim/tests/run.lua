@@ -92,6 +92,78 @@ local sidecar = require('context_sidecar')
 local status = require('context_sidecar.status')
 local client = require('context_sidecar.client')
 
+---The Python beside the server's entry point (a virtualenv's), else python3: the agent imports sidecar.client.
+local function agent_python()
+  local beside = vim.fn.fnamemodify(vim.fn.exepath(command[1]), ':h') .. '/python'
+  return vim.fn.executable(beside) == 1 and beside or 'python3'
+end
+
+---A terminal agent (tests/agent.py: the Python client) on the tests' database, started in `workspace`.
+local function start_agent(workspace)
+  local python = agent_python()
+  vim.fn.system({ python, '-c', 'import sidecar.client' })
+  if vim.v.shell_error ~= 0 then
+    t.skip(python .. ' cannot import sidecar.client; set CONTEXT_SIDECAR_COMMAND to a virtualenv\'s context-sidecar')
+  end
+  local agent = { answers = {}, ready = false, exited = nil, stderr = {} }
+  local partial = ''
+  local argv = vim.list_extend({ python, here .. '/agent.py', db_dir .. '/memory.duckdb' }, vim.deepcopy(command))
+  agent.job = vim.fn.jobstart(argv, {
+    cwd = workspace,
+    on_stdout = function(_, data)
+      data[1] = partial .. data[1]
+      partial = table.remove(data)
+      for _, line in ipairs(data) do
+        local answer = vim.fn.json_decode(line)
+        if answer.ready then
+          agent.ready = true
+        else
+          table.insert(agent.answers, answer)
+        end
+      end
+    end,
+    on_stderr = function(_, data)
+      vim.list_extend(agent.stderr, data)
+    end,
+    on_exit = function(_, code)
+      agent.exited = code
+    end,
+  })
+  t.ok(agent.job > 0, 'cannot run ' .. table.concat(argv, ' '))
+  t.wait_for('the agent to start', function()
+    return agent.ready or agent.exited ~= nil
+  end, 30000)
+  t.ok(agent.ready, 'the agent exited: ' .. table.concat(agent.stderr, '\n'))
+  function agent.request(method, params)
+    local seen = #agent.answers
+    vim.fn.chansend(agent.job, vim.fn.json_encode({ method = method, params = params }) .. '\n')
+    t.wait_for('the agent\'s answer to ' .. method, function()
+      return #agent.answers > seen or agent.exited ~= nil
+    end, 20000)
+    local answer = agent.answers[seen + 1]
+    t.ok(answer and answer.result, method .. ': ' .. vim.inspect(answer or agent.stderr))
+    return answer.result
+  end
+  function agent.close()
+    vim.fn.chanclose(agent.job, 'stdin')
+    t.wait_for('the agent to exit', function()
+      return agent.exited ~= nil
+    end, 15000)
+    t.eq(agent.exited, 0, table.concat(agent.stderr, '\n'))
+  end
+  return agent
+end
+
+---Restart the plugin on a workspace of its own, with nothing selected.
+local function restart_in(workspace, opts)
+  sidecar.stop()
+  status.reset()
+  sidecar.setup(vim.tbl_extend('force', { cmd = cmd, settings = SETTINGS, root_dir = workspace }, opts or {}))
+  t.wait_for('the restarted server', function()
+    return status.running and sidecar.server_capabilities ~= nil
+  end)
+end
+
 local function main()
   t.test('setup() starts the sidecar and initializes', function()
     sidecar.setup({ cmd = cmd, settings = SETTINGS })
@@ -277,6 +349,91 @@ local function main()
       t.ok(after.state ~= 'compacting', after.state)
     end)
     llm.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test('the statusline follows an agent\'s session of the workspace, live, and :ContextCompact compacts it', function()
+    if not serves_compact() then
+      t.skip('the server does not answer context/compact yet')
+    end
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    local adopt_default, listed_at_start = status.adopt_default, nil
+    status.adopt_default = function(sessions)
+      listed_at_start = sessions
+      adopt_default(sessions)
+    end
+    restart_in(workspace)
+    t.wait_for('the sessions listed at start', function()
+      return listed_at_start ~= nil
+    end)
+    status.adopt_default = adopt_default
+    t.eq(sidecar.workspace(), workspace)
+    -- Sessions of other workspaces are in the same database; none of them is shown.
+    t.eq(listed_at_start, {})
+    t.eq(sidecar.statusline(), 'ctx –')
+    local agent = start_agent(workspace)
+    local ok, err = pcall(function()
+      local first = agent.request('memory/ingest', { sessionId = 'agent-1', messages = conversation('a') }).usage
+      t.wait_for('the agent\'s usage in the statusline', function()
+        local usage = sidecar.usage()
+        return usage and usage.sessionId == 'agent-1' and usage.tokens == first.tokens
+      end)
+      t.eq(status.selected, 'agent-1')
+      t.eq(sidecar.statusline(), status.format(first))
+      t.match(sidecar.statusline(), '^ctx %d+%%')
+
+      local second = agent.request('memory/ingest', { sessionId = 'agent-1', messages = { big_message('a-more', 300) } }).usage
+      t.ok(second.tokens > first.tokens, vim.inspect({ first, second }))
+      t.wait_for('the agent\'s second ingest in the statusline', function()
+        return sidecar.usage().tokens == second.tokens
+      end)
+      t.eq(sidecar.statusline(), status.format(second))
+      local listed = request('memory/sessions', { workspace = workspace }).sessions
+      t.eq(vim.tbl_map(function(s)
+        return s.sessionId
+      end, listed), { 'agent-1' })
+
+      vim.cmd('ContextCompact')
+      t.wait_for('the compaction', function()
+        return sidecar.compaction() ~= nil and sidecar.compaction().done
+      end, 30000)
+      local compaction = sidecar.compaction()
+      t.ok(not compaction.err, vim.inspect(compaction.err))
+      t.eq(compaction.session, 'agent-1')
+      t.eq(compaction.result.compacted, true, vim.inspect(compaction.result))
+      t.eq(compaction.result.tokensBefore, second.tokens)
+      t.wait_for('the compacted usage in the statusline', function()
+        return sidecar.usage().tokens == compaction.result.tokensAfter
+      end)
+      -- The agent sees the compaction in the memory they share.
+      t.eq(agent.request('context/usage', { sessionId = 'agent-1' }).tokens, compaction.result.tokensAfter)
+    end)
+    agent.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test('follow_workspace = false shows only sessions this Neovim works on', function()
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    restart_in(workspace, { follow_workspace = false })
+    t.eq(sidecar.workspace(), nil)
+    local agent = start_agent(workspace)
+    local ok, err = pcall(function()
+      agent.request('memory/ingest', { sessionId = 'agent-2', messages = { big_message('b1', 100) } })
+      -- The host would send agent-2's usage to this connection before the reply to its own later ingest.
+      local mine = ingest('mine', { big_message('n1', 200) }).usage
+      t.wait_for('usage of its own session', function()
+        local usage = sidecar.usage()
+        return usage and usage.sessionId == 'mine' and usage.tokens == mine.tokens
+      end)
+      t.eq(status.usages['agent-2'], nil, 'usage of the agent\'s session arrived')
+    end)
+    agent.close()
     if not ok then
       error(err, 0)
     end

@@ -49,13 +49,46 @@ local handlers = {
   ['$/progress'] = compaction.on_progress,
 }
 
----Re-read the default session and the selected session's usage.
+---@param method string
+---@return boolean
+local function serves(method)
+  local caps = M.server_capabilities
+  return caps ~= nil and type(caps.methods) == 'table' and vim.tbl_contains(caps.methods, method)
+end
+
+---The workspace whose sessions are followed: `root_dir` unless `follow_workspace` is off, or the
+---server predates `context/follow`.
+---@return string|nil
+function M.workspace()
+  if not config.options.follow_workspace or not serves(methods.CONTEXT_FOLLOW) then
+    return nil
+  end
+  return config.root_dir(config.options)
+end
+
+---`context/follow` the workspace: usage of its sessions reaches the statusline whoever changes
+---them (an agent on the same database), and the server pushes the newest one's usage at once.
+local function follow_workspace()
+  local c, workspace = client.get(), M.workspace()
+  if not c or not workspace then
+    return
+  end
+  client.call(c, 'request', methods.CONTEXT_FOLLOW, { workspace = workspace, follow = true }, function(err)
+    if err then
+      notify('cannot follow the sessions of ' .. workspace .. ': ' .. describe_error(err), vim.log.levels.WARN)
+    end
+  end)
+end
+
+---Re-read the default session (the newest of the followed workspace) and the selected session's usage.
 function M.refresh()
   local c = client.get()
   if not c then
     return
   end
-  client.call(c, 'request', methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
+  local workspace = M.workspace()
+  local params = workspace and { workspace = workspace } or vim.empty_dict()
+  client.call(c, 'request', methods.MEMORY_SESSIONS, params, function(err, result)
     if err or type(result) ~= 'table' then
       return
     end
@@ -79,7 +112,10 @@ local callbacks = {
     status.running = true
     local caps = result and result.capabilities and result.capabilities.experimental
     M.server_capabilities = caps and caps[protocol.EXPERIMENTAL_KEY] or nil
-    vim.schedule(M.refresh)
+    vim.schedule(function()
+      follow_workspace()
+      M.refresh()
+    end)
   end,
   on_exit = function()
     status.running = false
