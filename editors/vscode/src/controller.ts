@@ -2,7 +2,7 @@
 import * as vscode from 'vscode';
 import { ResponseError } from 'vscode-jsonrpc';
 import { SidecarClient } from './client';
-import { DidCompactParams, ErrorCodes, Usage } from './protocol';
+import { DidCompactParams, ErrorCodes, Methods, SETTINGS_SECTION, Usage } from './protocol';
 import { SidecarRequests } from './rpc';
 import { SessionSelection } from './sessions';
 import { formatTokens } from './status';
@@ -18,7 +18,7 @@ export class SidecarController implements vscode.Disposable {
     this.client = new SidecarClient(output, {
       onUsage: (usage: Usage) => this.selection.notified(usage),
       onDidCompact: (params: DidCompactParams) => this.didCompact(params),
-      onRunning: () => void this.refresh(),
+      onRunning: () => void this.follow().then(() => this.refresh()),
     });
     this.selectionListener = this.selection.onDidChange((usage) =>
       this.statusBar.show(usage, this.selection.sessionId),
@@ -34,14 +34,42 @@ export class SidecarController implements vscode.Disposable {
     return requests;
   }
 
-  /** Re-reads the default session and the selected session's usage. */
+  /**
+   * The folder whose sessions the status bar follows: the first workspace folder, unless
+   * `followWorkspace` is off or the server predates `context/follow`.
+   */
+  workspace(): string | undefined {
+    const enabled = vscode.workspace.getConfiguration(SETTINGS_SECTION).get<boolean>('followWorkspace', true);
+    const served = this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW) ?? false;
+    return enabled && served ? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath : undefined;
+  }
+
+  /**
+   * `context/follow` the workspace folder, or stop following it when `followWorkspace` is off:
+   * usage of its sessions then reaches the status bar whoever changes them (an agent on the same
+   * database), and the server pushes the newest one's usage at once.
+   */
+  async follow(): Promise<void> {
+    const requests = this.client.requests;
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+    if (!requests || !folder || !this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW)) {
+      return;
+    }
+    try {
+      await requests.follow({ workspace: folder, follow: this.workspace() !== undefined });
+    } catch (error) {
+      this.output.appendLine(`Following the sessions of ${folder} failed: ${String(error)}`);
+    }
+  }
+
+  /** Re-reads the default session (the newest of the followed workspace) and the selected session's usage. */
   async refresh(): Promise<void> {
     const requests = this.client.requests;
     if (!requests) {
       return;
     }
     try {
-      this.selection.adoptDefault(await requests.sessions());
+      this.selection.adoptDefault(await requests.sessions(this.workspace()));
       const sessionId = this.selection.sessionId;
       if (sessionId !== undefined) {
         const version = this.selection.version(sessionId);
