@@ -417,7 +417,7 @@ local function main()
     end
   end)
 
-  t.test('follow_workspace = false shows only sessions this Neovim works on', function()
+  t.test('follow_workspace = false shows only sessions this Neovim works on; setup() can turn it on', function()
     local workspace = vim.fn.tempname()
     vim.fn.mkdir(workspace, 'p')
     restart_in(workspace, { follow_workspace = false })
@@ -432,6 +432,16 @@ local function main()
         return usage and usage.sessionId == 'mine' and usage.tokens == mine.tokens
       end)
       t.eq(status.usages['agent-2'], nil, 'usage of the agent\'s session arrived')
+      -- Turned on while running: the agent's next ingest arrives.
+      sidecar.setup({ cmd = cmd, settings = SETTINGS, root_dir = workspace, follow_workspace = true })
+      t.eq(sidecar.workspace(), workspace)
+      request('memory/sessions', vim.empty_dict()) -- the follow request, sent before it, is handled
+      local agents = agent.request('memory/ingest', { sessionId = 'agent-2', messages = { big_message('b2', 100) } }).usage
+      t.wait_for('usage of the agent\'s session', function()
+        local usage = status.usages['agent-2']
+        return usage ~= nil and usage.tokens == agents.tokens
+      end)
+      t.eq(status.selected, 'agent-2')
     end)
     agent.close()
     if not ok then

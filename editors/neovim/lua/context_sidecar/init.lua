@@ -66,18 +66,35 @@ function M.workspace()
   return config.root_dir(config.options)
 end
 
+---The workspace this connection follows by request.
+---@type string|nil
+local followed = nil
+
 ---`context/follow` the workspace: usage of its sessions reaches the statusline whoever changes
 ---them (an agent on the same database), and the server pushes the newest one's usage at once.
-local function follow_workspace()
-  local c, workspace = client.get(), M.workspace()
-  if not c or not workspace then
-    return
+---Stops following one no longer wanted (`follow_workspace = false`).
+---@return boolean changed
+local function apply_follow()
+  local c, want = client.get(), M.workspace()
+  if not c or want == followed then
+    return false
   end
-  client.call(c, 'request', methods.CONTEXT_FOLLOW, { workspace = workspace, follow = true }, function(err)
-    if err then
-      notify('cannot follow the sessions of ' .. workspace .. ': ' .. describe_error(err), vim.log.levels.WARN)
-    end
-  end)
+  local function send(workspace, follow)
+    client.call(c, 'request', methods.CONTEXT_FOLLOW, { workspace = workspace, follow = follow }, function(err)
+      if err then
+        notify(string.format('cannot %s the sessions of %s: %s', follow and 'follow' or 'unfollow', workspace,
+          describe_error(err)), vim.log.levels.WARN)
+      end
+    end)
+  end
+  if followed then
+    send(followed, false)
+  end
+  if want then
+    send(want, true)
+  end
+  followed = want
+  return true
 end
 
 ---Re-read the default session (the newest of the followed workspace) and the selected session's usage.
@@ -112,8 +129,9 @@ local callbacks = {
     status.running = true
     local caps = result and result.capabilities and result.capabilities.experimental
     M.server_capabilities = caps and caps[protocol.EXPERIMENTAL_KEY] or nil
+    followed = nil -- a new connection follows nothing yet
     vim.schedule(function()
-      follow_workspace()
+      apply_follow()
       M.refresh()
     end)
   end,
@@ -133,6 +151,9 @@ function M.setup(opts)
   end
   if client.get() then
     client.send_settings(options.settings)
+    if apply_follow() then
+      M.refresh()
+    end
   elseif options.autostart then
     M.start()
   end
