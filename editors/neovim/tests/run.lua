@@ -154,6 +154,10 @@ local function start_agent(workspace)
   return agent
 end
 
+---The workspace of the agent's session agent-1.
+---@type string|nil
+local agent_workspace = nil
+
 ---Restart the plugin on a workspace of its own, with nothing selected.
 local function restart_in(workspace, opts)
   sidecar.stop()
@@ -360,6 +364,7 @@ local function main()
     end
     local workspace = vim.fn.tempname()
     vim.fn.mkdir(workspace, 'p')
+    agent_workspace = workspace
     local adopt_default, listed_at_start = status.adopt_default, nil
     status.adopt_default = function(sessions)
       listed_at_start = sessions
@@ -442,6 +447,31 @@ local function main()
         return usage ~= nil and usage.tokens == agents.tokens
       end)
       t.eq(status.selected, 'agent-2')
+    end)
+    agent.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test(':ContextSession on an agent\'s session of another workspace follows it live', function()
+    if not agent_workspace then
+      t.skip('the agent test did not run')
+    end
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    restart_in(workspace)
+    vim.cmd('ContextSession agent-1')
+    t.wait_for('the pinned session\'s usage', function()
+      return status.selected == 'agent-1' and sidecar.usage() ~= nil
+    end)
+    local agent = start_agent(agent_workspace)
+    local ok, err = pcall(function()
+      local after = agent.request('memory/ingest', { sessionId = 'agent-1', messages = { big_message('a-last', 200) } }).usage
+      t.wait_for('the agent\'s ingest in the statusline', function()
+        return sidecar.usage().tokens == after.tokens
+      end)
+      t.eq(sidecar.statusline(), status.format(after))
     end)
     agent.close()
     if not ok then

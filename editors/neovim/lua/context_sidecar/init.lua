@@ -6,6 +6,7 @@ local buffers = require('context_sidecar.buffers')
 local client = require('context_sidecar.client')
 local compaction = require('context_sidecar.compaction')
 local config = require('context_sidecar.config')
+local follow = require('context_sidecar.follow')
 local protocol = require('context_sidecar.protocol')
 local status = require('context_sidecar.status')
 local util = require('context_sidecar.util')
@@ -66,35 +67,15 @@ function M.workspace()
   return config.root_dir(config.options)
 end
 
----The workspace this connection follows by request.
----@type string|nil
-local followed = nil
-
----`context/follow` the workspace: usage of its sessions reaches the statusline whoever changes
----them (an agent on the same database), and the server pushes the newest one's usage at once.
----Stops following one no longer wanted (`follow_workspace = false`).
----@return boolean changed
-local function apply_follow()
-  local c, want = client.get(), M.workspace()
-  if not c or want == followed then
+---Follow the workspace (unless `follow_workspace` is off) and the pinned session, if any.
+---@return boolean changed whether the followed workspace changed
+local function apply_follows()
+  local c = client.get()
+  if not c or not serves(methods.CONTEXT_FOLLOW) then
     return false
   end
-  local function send(workspace, follow)
-    client.call(c, 'request', methods.CONTEXT_FOLLOW, { workspace = workspace, follow = follow }, function(err)
-      if err then
-        notify(string.format('cannot %s the sessions of %s: %s', follow and 'follow' or 'unfollow', workspace,
-          describe_error(err)), vim.log.levels.WARN)
-      end
-    end)
-  end
-  if followed then
-    send(followed, false)
-  end
-  if want then
-    send(want, true)
-  end
-  followed = want
-  return true
+  follow.session(c, status.pinned and status.selected or nil)
+  return follow.workspace(c, M.workspace())
 end
 
 ---Re-read the default session (the newest of the followed workspace) and the selected session's usage.
@@ -129,9 +110,9 @@ local callbacks = {
     status.running = true
     local caps = result and result.capabilities and result.capabilities.experimental
     M.server_capabilities = caps and caps[protocol.EXPERIMENTAL_KEY] or nil
-    followed = nil -- a new connection follows nothing yet
+    follow.reset() -- a new connection follows nothing yet
     vim.schedule(function()
-      apply_follow()
+      apply_follows()
       M.refresh()
     end)
   end,
@@ -151,7 +132,7 @@ function M.setup(opts)
   end
   if client.get() then
     client.send_settings(options.settings)
-    if apply_follow() then
+    if apply_follows() then
       M.refresh()
     end
   elseif options.autostart then
@@ -208,6 +189,7 @@ end
 ---@param session_id string|nil
 function M.set_session(session_id)
   status.pin(session_id ~= '' and session_id or nil)
+  apply_follows()
   M.refresh()
 end
 
