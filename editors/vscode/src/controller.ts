@@ -13,12 +13,19 @@ export class SidecarController implements vscode.Disposable {
   readonly client: SidecarClient;
   private readonly statusBar = new UsageStatusBar();
   private readonly selectionListener: vscode.Disposable;
+  /** The pinned session this connection follows by request. */
+  private followedSession: string | undefined;
 
   constructor(private readonly output: vscode.OutputChannel) {
     this.client = new SidecarClient(output, {
       onUsage: (usage: Usage) => this.selection.notified(usage),
       onDidCompact: (params: DidCompactParams) => this.didCompact(params),
-      onRunning: () => void this.follow().then(() => this.refresh()),
+      onRunning: () => {
+        this.followedSession = undefined; // a new connection follows nothing yet
+        void this.follow()
+          .then(() => this.followPinned())
+          .then(() => this.refresh());
+      },
     });
     this.selectionListener = this.selection.onDidChange((usage) =>
       this.statusBar.show(usage, this.selection.sessionId),
@@ -85,7 +92,36 @@ export class SidecarController implements vscode.Disposable {
 
   async setSession(sessionId: string | undefined): Promise<void> {
     this.selection.pin(sessionId);
+    await this.followPinned();
     await this.refresh();
+  }
+
+  /**
+   * `context/follow` the pinned session, of any workspace, so that an agent's changes to it arrive
+   * too; stops following the one pinned before.
+   */
+  private async followPinned(): Promise<void> {
+    const requests = this.client.requests;
+    const sessionId = this.selection.pinned ? this.selection.sessionId : undefined;
+    if (!requests || sessionId === this.followedSession || !this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW)) {
+      return;
+    }
+    const before = this.followedSession;
+    this.followedSession = sessionId;
+    try {
+      if (before !== undefined) {
+        await requests.follow({ sessionId: before, follow: false });
+      }
+      if (sessionId !== undefined) {
+        await requests.follow({ sessionId, follow: true });
+      }
+    } catch (error) {
+      this.followedSession = undefined;
+      // A session with no messages yet is unknown; this connection follows it once it ingests into it.
+      if (!(error instanceof ResponseError && error.code === ErrorCodes.UNKNOWN_SESSION)) {
+        this.output.appendLine(`Following session ${sessionId} failed: ${String(error)}`);
+      }
+    }
   }
 
   private didCompact(params: DidCompactParams): void {

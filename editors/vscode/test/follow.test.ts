@@ -117,4 +117,13 @@ describe('following an agent session of the workspace', () => {
     await until('usage of its own session', () => api.getUsage()?.tokens === mine.tokens && api.getSession() === 'mine');
     assert.ok(!seen.includes('agent-2'), JSON.stringify(seen));
   });
+
+  it('follows a pinned session that others change, also with followWorkspace off', async () => {
+    await agent!.requests.ingest('agent-3', [bigUserMessage('c1', 100)]);
+    await api.setSession('agent-3');
+    await until('the pinned usage', () => api.getUsage()?.sessionId === 'agent-3');
+    const later = (await agent!.requests.ingest('agent-3', [bigUserMessage('c2', 300)])).usage;
+    await until('the agent ingest in the status', () => api.getUsage()?.tokens === later.tokens);
+    assert.equal(status().text, `$(pulse) ${statusText(later)}`);
+  });
 });
