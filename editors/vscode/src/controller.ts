@@ -103,7 +103,8 @@ export class SidecarController implements vscode.Disposable {
   private async followPinned(): Promise<void> {
     const requests = this.client.requests;
     const sessionId = this.selection.pinned ? this.selection.sessionId : undefined;
-    if (!requests || sessionId === this.followedSession || !this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW)) {
+    const served = this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW) ?? false;
+    if (!requests || !served || sessionId === this.followedSession) {
       return;
     }
     const before = this.followedSession;
