@@ -164,6 +164,82 @@ local function find(report, level, pattern)
   return false
 end
 
+---The Python beside the server's entry point (a virtualenv's), else python3: the agent imports sidecar.client.
+local function agent_python()
+  local beside = vim.fn.fnamemodify(vim.fn.exepath(command[1]), ':h') .. '/python'
+  return vim.fn.executable(beside) == 1 and beside or 'python3'
+end
+
+---A terminal agent (tests/agent.py: the Python client) on the tests' database, started in `workspace`.
+local function start_agent(workspace)
+  local python = agent_python()
+  vim.fn.system({ python, '-c', 'import sidecar.client' })
+  if vim.v.shell_error ~= 0 then
+    t.skip(python .. ' cannot import sidecar.client; set CONTEXT_SIDECAR_COMMAND to a virtualenv\'s context-sidecar')
+  end
+  local agent = { answers = {}, ready = false, exited = nil, stderr = {} }
+  local partial = ''
+  local argv = vim.list_extend({ python, here .. '/agent.py', db_dir .. '/memory.duckdb' }, vim.deepcopy(command))
+  agent.job = vim.fn.jobstart(argv, {
+    cwd = workspace,
+    on_stdout = function(_, data)
+      data[1] = partial .. data[1]
+      partial = table.remove(data)
+      for _, line in ipairs(data) do
+        local answer = vim.fn.json_decode(line)
+        if answer.ready then
+          agent.ready = true
+        else
+          table.insert(agent.answers, answer)
+        end
+      end
+    end,
+    on_stderr = function(_, data)
+      vim.list_extend(agent.stderr, data)
+    end,
+    on_exit = function(_, code)
+      agent.exited = code
+    end,
+  })
+  t.ok(agent.job > 0, 'cannot run ' .. table.concat(argv, ' '))
+  t.wait_for('the agent to start', function()
+    return agent.ready or agent.exited ~= nil
+  end, 30000)
+  t.ok(agent.ready, 'the agent exited: ' .. table.concat(agent.stderr, '\n'))
+  function agent.request(method, params)
+    local seen = #agent.answers
+    vim.fn.chansend(agent.job, vim.fn.json_encode({ method = method, params = params }) .. '\n')
+    t.wait_for('the agent\'s answer to ' .. method, function()
+      return #agent.answers > seen or agent.exited ~= nil
+    end, 20000)
+    local answer = agent.answers[seen + 1]
+    t.ok(answer and answer.result, method .. ': ' .. vim.inspect(answer or agent.stderr))
+    return answer.result
+  end
+  function agent.close()
+    vim.fn.chanclose(agent.job, 'stdin')
+    t.wait_for('the agent to exit', function()
+      return agent.exited ~= nil
+    end, 15000)
+    t.eq(agent.exited, 0, table.concat(agent.stderr, '\n'))
+  end
+  return agent
+end
+
+---The workspace of the agent's session agent-1.
+---@type string|nil
+local agent_workspace = nil
+
+---Restart the plugin on a workspace of its own, with nothing selected.
+local function restart_in(workspace, opts)
+  sidecar.stop()
+  status.reset()
+  sidecar.setup(vim.tbl_extend('force', { cmd = cmd, settings = SETTINGS, root_dir = workspace }, opts or {}))
+  t.wait_for('the restarted server', function()
+    return status.running and sidecar.server_capabilities ~= nil
+  end)
+end
+
 local function main()
   t.test(':helptags builds the help file, and it has a tag for every command, option and function', function()
     local dir = vim.fn.tempname()
@@ -480,6 +556,70 @@ local function main()
     end
   end)
 
+  t.test('the statusline follows an agent\'s session of the workspace, live, and :ContextCompact compacts it', function()
+    if not serves_compact() then
+      t.skip('the server does not answer context/compact yet')
+    end
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    agent_workspace = workspace
+    local adopt_default, listed_at_start = status.adopt_default, nil
+    status.adopt_default = function(sessions)
+      listed_at_start = sessions
+      adopt_default(sessions)
+    end
+    restart_in(workspace)
+    t.wait_for('the sessions listed at start', function()
+      return listed_at_start ~= nil
+    end)
+    status.adopt_default = adopt_default
+    t.eq(sidecar.workspace(), workspace)
+    -- Sessions of other workspaces are in the same database; none of them is shown.
+    t.eq(listed_at_start, {})
+    t.eq(sidecar.statusline(), 'ctx –')
+    local agent = start_agent(workspace)
+    local ok, err = pcall(function()
+      local first = agent.request('memory/ingest', { sessionId = 'agent-1', messages = conversation('a') }).usage
+      t.wait_for('the agent\'s usage in the statusline', function()
+        local usage = sidecar.usage()
+        return usage and usage.sessionId == 'agent-1' and usage.tokens == first.tokens
+      end)
+      t.eq(status.selected, 'agent-1')
+      t.eq(sidecar.statusline(), status.format(first))
+      t.match(sidecar.statusline(), '^ctx %d+%%')
+
+      local second = agent.request('memory/ingest', { sessionId = 'agent-1', messages = { big_message('a-more', 300) } }).usage
+      t.ok(second.tokens > first.tokens, vim.inspect({ first, second }))
+      t.wait_for('the agent\'s second ingest in the statusline', function()
+        return sidecar.usage().tokens == second.tokens
+      end)
+      t.eq(sidecar.statusline(), status.format(second))
+      local listed = request('memory/sessions', { workspace = workspace }).sessions
+      t.eq(vim.tbl_map(function(s)
+        return s.sessionId
+      end, listed), { 'agent-1' })
+
+      vim.cmd('ContextCompact')
+      t.wait_for('the compaction', function()
+        return sidecar.compaction() ~= nil and sidecar.compaction().done
+      end, 30000)
+      local compaction = sidecar.compaction()
+      t.ok(not compaction.err, vim.inspect(compaction.err))
+      t.eq(compaction.session, 'agent-1')
+      t.eq(compaction.result.compacted, true, vim.inspect(compaction.result))
+      t.eq(compaction.result.tokensBefore, second.tokens)
+      t.wait_for('the compacted usage in the statusline', function()
+        return sidecar.usage().tokens == compaction.result.tokensAfter
+      end)
+      -- The agent sees the compaction in the memory they share.
+      t.eq(agent.request('context/usage', { sessionId = 'agent-1' }).tokens, compaction.result.tokensAfter)
+    end)
+    agent.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
   t.test(':ContextUsage shows the prompt cache hit rate when the server sends it', function()
     t.eq(status.cache_text({ cacheHitRate = 0.625, cacheHitRateSmoothed = 0.5809 }),
       'prompt cache hit rate 63% last call, 58% smoothed')
@@ -490,7 +630,7 @@ local function main()
     ingest('cache', { big_message('c0', 100) })
     sidecar.set_session('cache')
     -- 800 of 1,000 input tokens read from the cache: a hit rate of 80%.
-    require('context_sidecar').client().notify('context/reportUsage', {
+    client.call(require('context_sidecar').client(), 'notify', 'context/reportUsage', {
       sessionId = 'cache', inputTokens = 100, outputTokens = 20, cacheReadTokens = 800, cacheWriteTokens = 100,
     })
     local usage = request('context/usage', { sessionId = 'cache' })
@@ -505,6 +645,63 @@ local function main()
       t.match(shown, ' · prompt cache hit rate 80%% last call', shown)
     else
       t.ok(not shown:find('prompt cache', 1, true), 'a server without the figures gets no cache part: ' .. shown)
+    end
+  end)
+
+  t.test('follow_workspace = false shows only sessions this Neovim works on; setup() can turn it on', function()
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    restart_in(workspace, { follow_workspace = false })
+    t.eq(sidecar.workspace(), nil)
+    local agent = start_agent(workspace)
+    local ok, err = pcall(function()
+      agent.request('memory/ingest', { sessionId = 'agent-2', messages = { big_message('b1', 100) } })
+      -- The host would send agent-2's usage to this connection before the reply to its own later ingest.
+      local mine = ingest('mine', { big_message('n1', 200) }).usage
+      t.wait_for('usage of its own session', function()
+        local usage = sidecar.usage()
+        return usage and usage.sessionId == 'mine' and usage.tokens == mine.tokens
+      end)
+      t.eq(status.usages['agent-2'], nil, 'usage of the agent\'s session arrived')
+      -- Turned on while running: the agent's next ingest arrives.
+      sidecar.setup({ cmd = cmd, settings = SETTINGS, root_dir = workspace, follow_workspace = true })
+      t.eq(sidecar.workspace(), workspace)
+      request('memory/sessions', vim.empty_dict()) -- the follow request, sent before it, is handled
+      local agents = agent.request('memory/ingest', { sessionId = 'agent-2', messages = { big_message('b2', 100) } }).usage
+      t.wait_for('usage of the agent\'s session', function()
+        local usage = status.usages['agent-2']
+        return usage ~= nil and usage.tokens == agents.tokens
+      end)
+      t.eq(status.selected, 'agent-2')
+    end)
+    agent.close()
+    if not ok then
+      error(err, 0)
+    end
+  end)
+
+  t.test(':ContextSession on an agent\'s session of another workspace follows it live', function()
+    if not agent_workspace then
+      t.skip('the agent test did not run')
+    end
+    local workspace = vim.fn.tempname()
+    vim.fn.mkdir(workspace, 'p')
+    restart_in(workspace)
+    vim.cmd('ContextSession agent-1')
+    t.wait_for('the pinned session\'s usage', function()
+      return status.selected == 'agent-1' and sidecar.usage() ~= nil
+    end)
+    local agent = start_agent(agent_workspace)
+    local ok, err = pcall(function()
+      local after = agent.request('memory/ingest', { sessionId = 'agent-1', messages = { big_message('a-last', 200) } }).usage
+      t.wait_for('the agent\'s ingest in the statusline', function()
+        return sidecar.usage().tokens == after.tokens
+      end)
+      t.eq(sidecar.statusline(), status.format(after))
+    end)
+    agent.close()
+    if not ok then
+      error(err, 0)
     end
   end)
 

@@ -14,8 +14,9 @@ export interface ContextSidecarApi {
   onDidChangeUsage: Event<Usage | undefined>;
   /**
    * Send any protocol request through this extension's server, e.g. `memory/ingest` or
-   * `context/assemble`: the server holds a lock on its database, so agents share it rather
-   * than spawning a second one.
+   * `context/assemble`. An agent may as well spawn its own context-sidecar on the same
+   * database: it relays to the same host, and the status bar follows its sessions of this
+   * workspace folder.
    */
   sendRequest<R>(method: string, params: unknown, token?: CancellationToken): Promise<R>;
 }

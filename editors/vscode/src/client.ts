@@ -109,7 +109,9 @@ export class SidecarClient implements vscode.Disposable {
   }
 
   get serverCapabilities(): ServerCapabilities | undefined {
-    return this.capabilities.server;
+    // State.Running fires before the client initializes its features: read the result itself until then.
+    const experimental = this.client?.initializeResult?.capabilities.experimental as Record<string, unknown> | undefined;
+    return this.capabilities.server ?? (experimental?.[EXPERIMENTAL_KEY] as ServerCapabilities | undefined);
   }
 
   async start(): Promise<void> {

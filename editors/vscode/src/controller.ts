@@ -2,7 +2,7 @@
 import * as vscode from 'vscode';
 import { ResponseError } from 'vscode-jsonrpc';
 import { SidecarClient } from './client';
-import { DidCompactParams, ErrorCodes, Usage } from './protocol';
+import { DidCompactParams, ErrorCodes, Methods, SETTINGS_SECTION, Usage } from './protocol';
 import { SidecarRequests } from './rpc';
 import { SessionSelection } from './sessions';
 import { formatTokens } from './status';
@@ -13,12 +13,19 @@ export class SidecarController implements vscode.Disposable {
   readonly client: SidecarClient;
   private readonly statusBar = new UsageStatusBar();
   private readonly selectionListener: vscode.Disposable;
+  /** The pinned session this connection follows by request. */
+  private followedSession: string | undefined;
 
   constructor(private readonly output: vscode.OutputChannel) {
     this.client = new SidecarClient(output, {
       onUsage: (usage: Usage) => this.selection.notified(usage),
       onDidCompact: (params: DidCompactParams) => this.didCompact(params),
-      onRunning: () => void this.refresh(),
+      onRunning: () => {
+        this.followedSession = undefined; // a new connection follows nothing yet
+        void this.follow()
+          .then(() => this.followPinned())
+          .then(() => this.refresh());
+      },
     });
     this.selectionListener = this.selection.onDidChange((usage) =>
       this.statusBar.show(usage, this.selection.sessionId),
@@ -34,14 +41,42 @@ export class SidecarController implements vscode.Disposable {
     return requests;
   }
 
-  /** Re-reads the default session and the selected session's usage. */
+  /**
+   * The folder whose sessions the status bar follows: the first workspace folder, unless
+   * `followWorkspace` is off or the server predates `context/follow`.
+   */
+  workspace(): string | undefined {
+    const enabled = vscode.workspace.getConfiguration(SETTINGS_SECTION).get<boolean>('followWorkspace', true);
+    const served = this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW) ?? false;
+    return enabled && served ? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath : undefined;
+  }
+
+  /**
+   * `context/follow` the workspace folder, or stop following it when `followWorkspace` is off:
+   * usage of its sessions then reaches the status bar whoever changes them (an agent on the same
+   * database), and the server pushes the newest one's usage at once.
+   */
+  async follow(): Promise<void> {
+    const requests = this.client.requests;
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+    if (!requests || !folder || !this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW)) {
+      return;
+    }
+    try {
+      await requests.follow({ workspace: folder, follow: this.workspace() !== undefined });
+    } catch (error) {
+      this.output.appendLine(`Following the sessions of ${folder} failed: ${String(error)}`);
+    }
+  }
+
+  /** Re-reads the default session (the newest of the followed workspace) and the selected session's usage. */
   async refresh(): Promise<void> {
     const requests = this.client.requests;
     if (!requests) {
       return;
     }
     try {
-      this.selection.adoptDefault(await requests.sessions());
+      this.selection.adoptDefault(await requests.sessions(this.workspace()));
       const sessionId = this.selection.sessionId;
       if (sessionId !== undefined) {
         const version = this.selection.version(sessionId);
@@ -57,7 +92,37 @@ export class SidecarController implements vscode.Disposable {
 
   async setSession(sessionId: string | undefined): Promise<void> {
     this.selection.pin(sessionId);
+    await this.followPinned();
     await this.refresh();
+  }
+
+  /**
+   * `context/follow` the pinned session, of any workspace, so that an agent's changes to it arrive
+   * too; stops following the one pinned before.
+   */
+  private async followPinned(): Promise<void> {
+    const requests = this.client.requests;
+    const sessionId = this.selection.pinned ? this.selection.sessionId : undefined;
+    const served = this.client.serverCapabilities?.methods?.includes(Methods.CONTEXT_FOLLOW) ?? false;
+    if (!requests || !served || sessionId === this.followedSession) {
+      return;
+    }
+    const before = this.followedSession;
+    this.followedSession = sessionId;
+    try {
+      if (before !== undefined) {
+        await requests.follow({ sessionId: before, follow: false });
+      }
+      if (sessionId !== undefined) {
+        await requests.follow({ sessionId, follow: true });
+      }
+    } catch (error) {
+      this.followedSession = undefined;
+      // A session with no messages yet is unknown; this connection follows it once it ingests into it.
+      if (!(error instanceof ResponseError && error.code === ErrorCodes.UNKNOWN_SESSION)) {
+        this.output.appendLine(`Following session ${sessionId} failed: ${String(error)}`);
+      }
+    }
   }
 
   private didCompact(params: DidCompactParams): void {

@@ -100,10 +100,18 @@ export interface SessionInfo {
   tokens: number;
   updatedAt: string;
   title?: string;
+  /** The folder the session was first ingested from (*extension*). */
+  workspace?: string;
 }
 
 export interface SessionsResult {
   sessions: SessionInfo[];
+}
+
+/** What a connection follows by request after `context/follow` (*extension*). */
+export interface FollowResult {
+  sessions: string[];
+  workspaces: string[];
 }
 
 export interface CompactParams {

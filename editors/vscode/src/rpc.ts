@@ -7,6 +7,7 @@ import {
   CompactParams,
   CompactResult,
   ExpandResult,
+  FollowResult,
   IngestResult,
   Message,
   Methods,
@@ -61,9 +62,15 @@ export class SidecarRequests {
     return this.send<Usage>(Methods.CONTEXT_USAGE, { sessionId });
   }
 
-  async sessions(): Promise<SessionInfo[]> {
-    const result = await this.send<SessionsResult>(Methods.MEMORY_SESSIONS, {});
+  /** Stored sessions; with `workspace`, only those of that folder. */
+  async sessions(workspace?: string): Promise<SessionInfo[]> {
+    const result = await this.send<SessionsResult>(Methods.MEMORY_SESSIONS, workspace === undefined ? {} : { workspace });
     return result.sessions;
+  }
+
+  /** `context/follow`: usage and compactions of the session, or of every session of the workspace, reach this connection. */
+  follow(params: { sessionId?: string; workspace?: string; follow: boolean }): Promise<FollowResult> {
+    return this.send<FollowResult>(Methods.CONTEXT_FOLLOW, params);
   }
 
   ingest(sessionId: string, messages: Message[], session?: Record<string, unknown>): Promise<IngestResult> {

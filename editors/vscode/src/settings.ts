@@ -31,7 +31,7 @@ export const PROTOCOL_SETTING_KEYS = [
 ] as const;
 
 /** Settings of the extension itself, never sent to the server (it reports unknown keys). */
-export const EXTENSION_SETTING_KEYS = ['serverCommand', 'serverArgs', 'trace.server'] as const;
+export const EXTENSION_SETTING_KEYS = ['serverCommand', 'serverArgs', 'trace.server', 'followWorkspace'] as const;
 
 export type SettingLookup = (key: string) => unknown;
 

@@ -42,14 +42,20 @@ export interface StartOptions {
   initializationOptions?: unknown;
   env?: NodeJS.ProcessEnv;
   args?: string[];
+  /** A database of the caller's (kept on close), e.g. one another server already hosts; default: a fresh one. */
+  db?: string;
+  /** The server's working directory: the workspace of its sessions, since this client names no root. */
+  cwd?: string;
 }
 
 export async function startSidecar(options: StartOptions = {}): Promise<Sidecar> {
   const dir = mkdtempSync(join(tmpdir(), 'ctx-sidecar-vscode-'));
   const [command, ...baseArgs] = sidecarCommand();
-  const child = spawn(command, [...baseArgs, '--db', join(dir, 'memory.duckdb'), '--stdio', ...(options.args ?? [])], {
+  const db = options.db ?? join(dir, 'memory.duckdb');
+  const child = spawn(command, [...baseArgs, '--db', db, '--stdio', ...(options.args ?? [])], {
     stdio: ['pipe', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
+    cwd: options.cwd,
   });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => {
@@ -139,4 +145,19 @@ export function usageOf(sidecar: Sidecar, sessionId: string): Usage[] {
   return sidecar.notifications
     .filter((n) => n.method === Methods.CONTEXT_DID_CHANGE_USAGE && n.params.sessionId === sessionId)
     .map((n) => n.params as Usage);
+}
+
+/** Waits up to `timeoutMs` for `check()` to be truthy, and returns it. */
+export async function until<T>(what: string, check: () => T, timeoutMs = 10000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value) {
+      return value;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }

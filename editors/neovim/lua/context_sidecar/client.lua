@@ -60,7 +60,7 @@ local function lsp_config(opts)
     name = protocol.SERVER_NAME,
     cmd = config.server_cmd(opts.cmd),
     cmd_env = opts.cmd_env,
-    root_dir = opts.root_dir or uv.cwd(),
+    root_dir = config.root_dir(opts),
     init_options = config.json_object(opts.settings),
     -- Answers the server's workspace/configuration pull through the default handler.
     settings = { [protocol.SETTINGS_SECTION] = config.json_object(opts.settings) },

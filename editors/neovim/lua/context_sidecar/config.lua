@@ -12,6 +12,7 @@ local M = {}
 ---@field settings table protocol Settings (contextWindow, compaction, prune, llm, storage), sent as initializationOptions
 ---@field autostart boolean start the server on setup()
 ---@field session string|nil session to show; nil follows the most recently updated one
+---@field follow_workspace boolean follow every session of `root_dir` (`context/follow`), also those other clients such as an agent ingest
 ---@field restart ContextSidecarRestartOptions
 ---@field notify_progress boolean echo compaction progress with vim.notify
 
@@ -23,6 +24,7 @@ M.defaults = {
   settings = {},
   autostart = true,
   session = nil,
+  follow_workspace = true,
   restart = { limit = 4, window_ms = 180000 },
   notify_progress = true,
 }
@@ -49,6 +51,13 @@ function M.apply(opts)
   M.options = merged
   M.configured = true
   return merged
+end
+
+---The workspace root sent to the server: `root_dir`, else the working directory.
+---@param opts ContextSidecarOptions
+---@return string
+function M.root_dir(opts)
+  return opts.root_dir or (vim.uv or vim.loop).cwd()
 end
 
 ---@param cmd string[]

@@ -6,6 +6,7 @@ local buffers = require('context_sidecar.buffers')
 local client = require('context_sidecar.client')
 local compaction = require('context_sidecar.compaction')
 local config = require('context_sidecar.config')
+local follow = require('context_sidecar.follow')
 local protocol = require('context_sidecar.protocol')
 local status = require('context_sidecar.status')
 local util = require('context_sidecar.util')
@@ -52,13 +53,43 @@ local handlers = {
   ['$/progress'] = compaction.on_progress,
 }
 
----Re-read the default session and the selected session's usage.
+---@param method string
+---@return boolean
+local function serves(method)
+  local caps = M.server_capabilities
+  return caps ~= nil and type(caps.methods) == 'table' and vim.tbl_contains(caps.methods, method)
+end
+
+---The workspace whose sessions are followed: `root_dir` unless `follow_workspace` is off, or the
+---server predates `context/follow`.
+---@return string|nil
+function M.workspace()
+  if not config.options.follow_workspace or not serves(methods.CONTEXT_FOLLOW) then
+    return nil
+  end
+  return config.root_dir(config.options)
+end
+
+---Follow the workspace (unless `follow_workspace` is off) and the pinned session, if any.
+---@return boolean changed whether the followed workspace changed
+local function apply_follows()
+  local c = client.get()
+  if not c or not serves(methods.CONTEXT_FOLLOW) then
+    return false
+  end
+  follow.session(c, status.pinned and status.selected or nil)
+  return follow.workspace(c, M.workspace())
+end
+
+---Re-read the default session (the newest of the followed workspace) and the selected session's usage.
 function M.refresh()
   local c = client.get()
   if not c then
     return
   end
-  client.call(c, 'request', methods.MEMORY_SESSIONS, vim.empty_dict(), function(err, result)
+  local workspace = M.workspace()
+  local params = workspace and { workspace = workspace } or vim.empty_dict()
+  client.call(c, 'request', methods.MEMORY_SESSIONS, params, function(err, result)
     if err or type(result) ~= 'table' then
       return
     end
@@ -83,7 +114,11 @@ local callbacks = {
     local caps = result and result.capabilities and result.capabilities.experimental
     M.server_capabilities = caps and caps[protocol.EXPERIMENTAL_KEY] or nil
     M.server_info = result and result.serverInfo or nil
-    vim.schedule(M.refresh)
+    follow.reset() -- a new connection follows nothing yet
+    vim.schedule(function()
+      apply_follows()
+      M.refresh()
+    end)
   end,
   on_exit = function()
     status.running = false
@@ -101,6 +136,9 @@ function M.setup(opts)
   end
   if client.get() then
     client.send_settings(options.settings)
+    if apply_follows() then
+      M.refresh()
+    end
   elseif options.autostart then
     M.start()
   end
@@ -155,6 +193,7 @@ end
 ---@param session_id string|nil
 function M.set_session(session_id)
   status.pin(session_id ~= '' and session_id or nil)
+  apply_follows()
   M.refresh()
 end
 

@@ -70,6 +70,7 @@ M.errors = {
 ---@field tokens integer
 ---@field updatedAt string
 ---@field title string|nil
+---@field workspace string|nil the folder it was first ingested from (*extension*)
 
 ---@class ContextSidecarCompactResult
 ---@field compacted boolean
