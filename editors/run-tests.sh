@@ -45,13 +45,7 @@ echo "node $(node --version), npm $(npm --version 2>/dev/null)"
     npm ci --no-audit --no-fund --loglevel=error
   fi
   # `npm test` builds first (its pretest is `npm run build`: tsc, then the esbuild bundle).
-  # One more run after a failure, said loudly: vscode-languageclient can leave a rejected write to a
-  # killed server unhandled, which node:test counts against the file (seen in 2 of 20 runs). A real
-  # failure fails both runs.
-  timeout 600 npm test --silent || {
-    echo "!! VS Code suite failed; running it once more to tell a flake from a failure" >&2
-    timeout 600 npm test --silent
-  }
+  timeout 600 npm test --silent
 ) || failed+=("vscode")
 
 # --- Neovim plugin -----------------------------------------------------------------------
