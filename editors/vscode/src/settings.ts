@@ -5,6 +5,8 @@
 
 /** Protocol settings, as dotted keys under `contextSidecar.` (and in the protocol's Settings object). */
 export const PROTOCOL_SETTING_KEYS = [
+  'storage.path',
+  'storage.memoryLimit',
   'contextWindow',
   'compaction.auto',
   'compaction.mode',
@@ -28,7 +30,12 @@ export const PROTOCOL_SETTING_KEYS = [
   'llm.timeoutSeconds',
   'llm.maxConcurrency',
   'llm.temperature',
+  'llm.maxCallsPerMinute',
+  'models',
 ] as const;
+
+/** Protocol settings the server reads only at start: changing one restarts it. */
+export const RESTART_SETTING_SECTIONS = ['serverCommand', 'serverArgs', 'storage'] as const;
 
 /** Settings of the extension itself, never sent to the server (it reports unknown keys). */
 export const EXTENSION_SETTING_KEYS = ['serverCommand', 'serverArgs', 'trace.server'] as const;

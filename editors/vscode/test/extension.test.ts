@@ -233,6 +233,22 @@ describe('the bundled extension in a stand-in VS Code', () => {
     assert.equal(usage.sessionId, 'agent');
   });
 
+  it('restarts the server when a storage setting changes, which the server reads only at start', async () => {
+    const [old] = await until('a running server', () => serverPids(db));
+    const before = exitCodes().length;
+    const errors = () => vscode.messages.filter((m) => m.level === 'error').length;
+    const errorsBefore = errors();
+    vscode.settings['contextSidecar.storage.memoryLimit'] = '256MB';
+    vscode.fireConfigurationChange('contextSidecar.storage.memoryLimit');
+    await until('the old server exit', () => exitCodes().length > before);
+    assert.deepEqual(exitCodes().slice(before), ['0']);
+    const [fresh] = await until('the new server', () => serverPids(db));
+    assert.notEqual(fresh, old);
+    const usage = await answered(() => api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'agent' }));
+    assert.equal(usage.sessionId, 'agent');
+    assert.equal(errors(), errorsBefore);
+  });
+
   it('restarts a crashed server four times, then gives up with a message', async () => {
     for (let crash = 1; crash <= 5; crash++) {
       const [pid] = await until('a running server', () => serverPids(db));
