@@ -20,7 +20,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contex
       if (RESTART_SETTING_SECTIONS.some((section) => event.affectsConfiguration(`${SETTINGS_SECTION}.${section}`))) {
         sidecar.client.restart().catch((error) => output.appendLine(`Restarting failed: ${String(error)}`));
       } else if (event.affectsConfiguration(SETTINGS_SECTION)) {
-        sidecar.client.sendSettings().catch((error) => output.appendLine(`Sending settings failed: ${String(error)}`));
+        sidecar.client
+          .sendSettings()
+          // The server pushes new usage only for sessions it has touched since it started: read the shown one's.
+          .then(() => sidecar.refresh())
+          .catch((error) => output.appendLine(`Sending settings failed: ${String(error)}`));
       }
     }),
   );

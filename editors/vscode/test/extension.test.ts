@@ -233,6 +233,22 @@ describe('the bundled extension in a stand-in VS Code', () => {
     assert.equal(usage.sessionId, 'agent');
   });
 
+  it('shows new usage after a settings change for a session the server has not touched since it started', async () => {
+    // The server restarted by the previous test has only been asked for 'agent', never ingested into.
+    await api.setSession('agent');
+    const before = api.getUsage()!;
+    assert.equal(before.sessionId, 'agent');
+    const wider = before.contextWindow * 2;
+    vscode.settings['contextSidecar.contextWindow'] = wider;
+    vscode.fireConfigurationChange('contextSidecar.contextWindow');
+    await until('usage in the new window', () => api.getUsage()?.contextWindow === wider);
+    const percent = Math.round(Math.round((1000 * before.tokens) / wider) / 10);
+    assert.match(status().text, new RegExp(` ctx ${percent}%( |$)`));
+    vscode.settings['contextSidecar.contextWindow'] = before.contextWindow;
+    vscode.fireConfigurationChange('contextSidecar.contextWindow');
+    await until('usage in the old window', () => api.getUsage()?.contextWindow === before.contextWindow);
+  });
+
   it('restarts the server when a storage setting changes, which the server reads only at start', async () => {
     const [old] = await until('a running server', () => serverPids(db));
     const before = exitCodes().length;
