@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the editor plugin tests against the real context-sidecar: installs what they need
-# when it is missing (npm packages, Neovim), builds the VS Code extension, runs both suites.
+# when it is missing (npm packages, Neovim, code-server and Chromium for the VS Code end-to-end
+# suite), builds the VS Code extension, runs the suites.
 # Exits non-zero if anything fails. The server is CONTEXT_SIDECAR_COMMAND, else
 # `context-sidecar` on PATH.
 set -uo pipefail
@@ -47,6 +48,20 @@ echo "node $(node --version), npm $(npm --version 2>/dev/null)"
   # `npm test` builds first (its pretest is `npm run build`: tsc, then the esbuild bundle).
   timeout 600 npm test --silent
 ) || failed+=("vscode")
+
+say "VS Code end-to-end (code-server in headless Chromium)"
+# Real VS Code: installs its tools into a cache on first use (minutes), skips only when Chromium or
+# a package registry cannot be had (exit 2). SKIP_VSCODE_E2E=1 leaves it out.
+if [ -n "${SKIP_VSCODE_E2E:-}" ]; then
+  echo "SKIPPED: SKIP_VSCODE_E2E is set"
+else
+  timeout 1800 "$here/vscode/e2e/run.sh"
+  case $? in
+    0) ;;
+    2) ;;
+    *) failed+=("vscode-e2e") ;;
+  esac
+fi
 
 # --- Neovim plugin -----------------------------------------------------------------------
 say "Neovim plugin"
