@@ -211,6 +211,7 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
 
     browser = await chromium.launch({
       executablePath: process.env.E2E_CHROMIUM,
+      env, // its crash reports and config go to the temporary HOME too
       args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
     });
     page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
