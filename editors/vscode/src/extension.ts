@@ -5,6 +5,7 @@ import { registerCommands } from './commands';
 import { SidecarController } from './controller';
 import { SETTINGS_SECTION } from './protocol';
 import { ReadonlyDocuments } from './readonlyDocuments';
+import { RESTART_SETTING_SECTIONS } from './settings';
 
 let controller: SidecarController | undefined;
 
@@ -16,15 +17,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contex
   context.subscriptions.push(output, documents, ...registerCommands(sidecar, documents));
   context.subscriptions.push(
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (
-        event.affectsConfiguration(`${SETTINGS_SECTION}.serverCommand`) ||
-        event.affectsConfiguration(`${SETTINGS_SECTION}.serverArgs`)
-      ) {
+      if (RESTART_SETTING_SECTIONS.some((section) => event.affectsConfiguration(`${SETTINGS_SECTION}.${section}`))) {
         sidecar.client.restart().catch((error) => output.appendLine(`Restarting failed: ${String(error)}`));
       } else if (event.affectsConfiguration(`${SETTINGS_SECTION}.followWorkspace`)) {
         void sidecar.follow().then(() => sidecar.refresh());
       } else if (event.affectsConfiguration(SETTINGS_SECTION)) {
-        sidecar.client.sendSettings().catch((error) => output.appendLine(`Sending settings failed: ${String(error)}`));
+        sidecar.client
+          .sendSettings()
+          // The server pushes new usage only for sessions it has touched since it started: read the shown one's.
+          .then(() => sidecar.refresh())
+          .catch((error) => output.appendLine(`Sending settings failed: ${String(error)}`));
       }
     }),
   );

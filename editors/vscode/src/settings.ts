@@ -5,6 +5,9 @@
 
 /** Protocol settings, as dotted keys under `contextSidecar.` (and in the protocol's Settings object). */
 export const PROTOCOL_SETTING_KEYS = [
+  'storage.path',
+  'storage.memoryLimit',
+  'storage.share',
   'contextWindow',
   'compaction.auto',
   'compaction.mode',
@@ -17,6 +20,7 @@ export const PROTOCOL_SETTING_KEYS = [
   'compaction.leafChunkSize',
   'compaction.condensedMinFanout',
   'compaction.maxRounds',
+  'compaction.hookTimeoutSeconds',
   'prune.enabled',
   'prune.protectTokens',
   'prune.minimumTokens',
@@ -28,7 +32,13 @@ export const PROTOCOL_SETTING_KEYS = [
   'llm.timeoutSeconds',
   'llm.maxConcurrency',
   'llm.temperature',
+  'llm.maxCallsPerMinute',
+  'llm.contextWindow',
+  'models',
 ] as const;
+
+/** Protocol settings the server reads only at start: changing one restarts it. */
+export const RESTART_SETTING_SECTIONS = ['serverCommand', 'serverArgs', 'storage'] as const;
 
 /** Settings of the extension itself, never sent to the server (it reports unknown keys). */
 export const EXTENSION_SETTING_KEYS = ['serverCommand', 'serverArgs', 'trace.server', 'followWorkspace'] as const;

@@ -81,7 +81,7 @@ describe('the bundled extension in a stand-in VS Code', () => {
     chmodSync(wrapper, 0o755);
     vscode = createFakeVscode({
       'contextSidecar.serverCommand': wrapper,
-      'contextSidecar.serverArgs': [...sidecarCommand(), '--db', db],
+      'contextSidecar.serverArgs': [...sidecarCommand(), '--db', db, '--no-share'],  // its own process: these tests kill it
       'contextSidecar.contextWindow': 4000,
       'contextSidecar.compaction.auto': false,
       'contextSidecar.compaction.maxTokens': -1,
@@ -231,6 +231,38 @@ describe('the bundled extension in a stand-in VS Code', () => {
     await until('usage after the restart', () => api.getUsage() !== undefined);
     const usage = await api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'agent' });
     assert.equal(usage.sessionId, 'agent');
+  });
+
+  it('shows new usage after a settings change for a session the server has not touched since it started', async () => {
+    // The server restarted by the previous test has only been asked for 'agent', never ingested into.
+    await api.setSession('agent');
+    const before = api.getUsage()!;
+    assert.equal(before.sessionId, 'agent');
+    const wider = before.contextWindow * 2;
+    vscode.settings['contextSidecar.contextWindow'] = wider;
+    vscode.fireConfigurationChange('contextSidecar.contextWindow');
+    await until('usage in the new window', () => api.getUsage()?.contextWindow === wider);
+    const percent = Math.round(Math.round((1000 * before.tokens) / wider) / 10);
+    assert.match(status().text, new RegExp(` ctx ${percent}%( |$)`));
+    vscode.settings['contextSidecar.contextWindow'] = before.contextWindow;
+    vscode.fireConfigurationChange('contextSidecar.contextWindow');
+    await until('usage in the old window', () => api.getUsage()?.contextWindow === before.contextWindow);
+  });
+
+  it('restarts the server when a storage setting changes, which the server reads only at start', async () => {
+    const [old] = await until('a running server', () => serverPids(db));
+    const before = exitCodes().length;
+    const errors = () => vscode.messages.filter((m) => m.level === 'error').length;
+    const errorsBefore = errors();
+    vscode.settings['contextSidecar.storage.memoryLimit'] = '256MB';
+    vscode.fireConfigurationChange('contextSidecar.storage.memoryLimit');
+    await until('the old server exit', () => exitCodes().length > before);
+    assert.deepEqual(exitCodes().slice(before), ['0']);
+    const [fresh] = await until('the new server', () => serverPids(db));
+    assert.notEqual(fresh, old);
+    const usage = await answered(() => api.sendRequest<Usage>(Methods.CONTEXT_USAGE, { sessionId: 'agent' }));
+    assert.equal(usage.sessionId, 'agent');
+    assert.equal(errors(), errorsBefore);
   });
 
   it('restarts a crashed server four times, then gives up with a message', async () => {

@@ -108,6 +108,10 @@ describe('following an agent session of the workspace', () => {
     // The change sent `context/follow {follow: false}` at once; a reply to a later request on the same
     // connection means the host has handled it.
     await api.sendRequest(Methods.MEMORY_SESSIONS, {});
+    // The change also re-reads the default session (the newest of the whole database, with following off):
+    // one more refresh on the same connection ends after it, so none is still reading when the agent ingests.
+    await api.setSession(undefined);
+    seen.length = 0;
     await agent!.requests.ingest('agent-2', [bigUserMessage('b1', 100)]);
     // The host would send agent-2's usage to the editor's connection before the reply to this later ingest.
     const mine = (await api.sendRequest<{ usage: Usage }>(Methods.MEMORY_INGEST, {

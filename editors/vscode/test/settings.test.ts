@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { Methods, Usage } from '../src/protocol';
 import { EXTENSION_SETTING_KEYS, PROTOCOL_SETTING_KEYS, protocolSettings, serverLaunch } from '../src/settings';
 import { bigUserMessage, Sidecar, startSidecar } from './helpers';
-import { EXTENSION_ROOT, protocolDoc } from './paths';
+import { EXTENSION_ROOT, PROTOCOL_DOC } from './paths';
 
 const manifest = JSON.parse(readFileSync(resolve(EXTENSION_ROOT, 'package.json'), 'utf8'));
 const properties: Record<string, { default: unknown; markdownDescription?: string; description?: string }> =
@@ -42,19 +42,23 @@ describe('settings', () => {
     }
   });
 
-  it('shows the defaults of PROTOCOL.md', (t) => {
-    const doc = protocolDoc();
-    if (!doc) {
-      t.skip('shared/PROTOCOL.md is not beside the repository');
-      return;
-    }
-    const text = readFileSync(doc, 'utf8');
+  it('shows the defaults of docs/protocol.md for every setting it lists', () => {
+    const text = readFileSync(PROTOCOL_DOC, 'utf8');
     const block = text.slice(text.indexOf('## Settings'));
     const json = block.slice(block.indexOf('```json') + '```json'.length, block.indexOf('```', block.indexOf('```json') + 7));
     const defaults = JSON.parse(json);
+    let compared = 0;
     for (const key of PROTOCOL_SETTING_KEYS) {
-      assert.deepEqual(properties[`contextSidecar.${key}`].default, lookup(key, defaults), key);
+      const documented = lookup(key, defaults);
+      // The doc writes a computed default as a placeholder, e.g. "<per-user data dir>/…"; tests/
+      // test_vscode_settings_schema.py checks every default against the server's settings classes.
+      if (documented === undefined || (typeof documented === 'string' && documented.startsWith('<'))) {
+        continue;
+      }
+      assert.deepEqual(properties[`contextSidecar.${key}`].default, documented, key);
+      compared += 1;
     }
+    assert.ok(compared >= 20, `only ${compared} defaults found in ${PROTOCOL_DOC}`);
   });
 });
 
