@@ -182,9 +182,9 @@ def test_a_search_reads_under_the_scan_limit_and_falls_back_to_the_full_one(tmp_
     store._db.execute("SET memory_limit = '300MB'")
     store.checkpoint()
     assert not store.dirty
-    hits = store.search("s", "messages", "regexp_matches({col}, ?, 'i')", "NEEDLE299 ", 5)
+    hits = store.search("s", "messages", "NEEDLE299 ", regex=False, case_sensitive=False, limit=5)
     assert len(hits) == 1 and hits[0].text.startswith("299 needle299 ")
     assert limit_of(store) == pytest.approx(300e6, rel=0.01)
-    small = store.search("s", "messages", "contains({col}, ?)", "needle7 ", 5)
+    small = store.search("s", "messages", "needle7 ", regex=False, case_sensitive=True, limit=5)
     assert len(small) == 1 and small[0].text.startswith("7 needle7 ")
     store.close()

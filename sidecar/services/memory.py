@@ -161,28 +161,14 @@ def grep(sidecar: Sidecar, params: GrepParams) -> GrepResult:
         problem = store.check_regex(params.pattern)
         if problem:
             raise invalid_params(f"invalid regular expression: {problem}", "pattern")
-        pattern = params.pattern
-    else:
-        pattern = re2_escape(params.pattern)
-    if case_sensitive and not params.regex:
-        condition, sql_pattern = "contains({col}, ?)", params.pattern
-    else:
-        condition, sql_pattern = f"regexp_matches({{col}}, ?, '{'c' if case_sensitive else 'i'}')", pattern
-    hits = store.search(params.session_id, params.scope or "both", condition, sql_pattern, limit + 1)
-    finder = _finder(pattern, case_sensitive)
+    hits = store.search(params.session_id, params.scope or "both", params.pattern, regex=bool(params.regex),
+                        case_sensitive=case_sensitive, limit=limit + 1)
+    finder = _finder(params.pattern if params.regex else re.escape(params.pattern), case_sensitive)
     covered = store.covering_summaries(params.session_id, [hit.id for hit in hits[:limit] if hit.kind == "message"])
     matches = [GrepMatch(kind=hit.kind, id=hit.id, snippet=snippet(hit.text, finder),
                          covered_by=covered.get(hit.id) if hit.kind == "message" else None)
                for hit in hits[:limit]]
     return GrepResult(matches=matches, truncated=len(hits) > limit)
-
-
-_RE2_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
-
-
-def re2_escape(text: str) -> str:
-    """A literal as an RE2 pattern."""
-    return _RE2_SPECIAL.sub(r"\\\1", text)
 
 
 def _finder(pattern: str, case_sensitive: bool) -> re.Pattern[str] | None:
