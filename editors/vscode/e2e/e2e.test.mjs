@@ -111,14 +111,13 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
     dir = mkdtempSync(join(tmpdir(), 'ctx-sidecar-e2e-'));
     db = join(dir, 'memory.duckdb');
     exits = join(dir, 'exits');
-    seeded = await seed(db);
-    llm = await startLlm();
-
     const home = join(dir, 'home');
     const userData = join(dir, 'user-data');
     const extensions = join(dir, 'extensions');
     const workspace = join(dir, 'workspace');
     for (const d of [home, join(userData, 'User'), extensions, workspace]) mkdirSync(d, { recursive: true });
+    seeded = await seed(db, workspace);
+    llm = await startLlm();
     writeFileSync(join(workspace, 'README.md'), '# a workspace\n');
     // Records each server's exit code, which VS Code does not show.
     const wrapper = join(dir, 'sidecar.sh');
@@ -328,7 +327,8 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
 
   it('restarts the server from the command palette, shutting the old one down cleanly', async () => {
     await step('restarted', async () => {
-      const [old] = await until('a running server', () => pidsWith(db));
+      const servers = () => pidsWith(db, { hosts: false }); // the extension's own server, not the host
+      const [old] = await until('a running server', () => servers());
       const exited = existsSync(exits) ? readFileSync(exits, 'utf8').trim().split('\n').length : 0;
       await runCommand('Context Sidecar: Restart Server');
       const codes = await until('the old server to exit', () => {
@@ -336,7 +336,7 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
         return lines.length > exited && lines.slice(exited);
       });
       assert.deepEqual(codes, ['0']);
-      const [fresh] = await until('a new server', () => pidsWith(db).filter((pid) => pid !== old).length === 1 && pidsWith(db));
+      const [fresh] = await until('a new server', () => servers().filter((pid) => pid !== old).length === 1 && servers());
       assert.notEqual(fresh, old);
       // The new server answers: with the old notifications cleared, Show Usage brings a fresh one.
       await runCommand('Notifications: Clear All Notifications');

@@ -6,7 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const EXTENSION_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 // The extension's own vscode-jsonrpc seeds the database, as its tests talk to the server.
@@ -22,15 +22,18 @@ export function sidecarCommand() {
   return [path, ...args];
 }
 
-/** Pids of live processes whose command line contains `marker`, shells excepted. */
-export function pidsWith(marker) {
+/** Pids of live processes whose command line contains `marker`, shells excepted (and the database's host, with `hosts: false`). */
+export function pidsWith(marker, { hosts = true } = {}) {
   const pids = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (argv.includes(marker) && !argv[0].endsWith('sh') && !/\) Z /.test(stat)) pids.push(Number(entry));
+      const isHost = argv.includes('host'); // the database's host, which the extension's server relays to
+      if (argv.includes(marker) && !argv[0].endsWith('sh') && !/\) Z /.test(stat) && (hosts || !isHost)) {
+        pids.push(Number(entry));
+      }
     } catch {
       // The process ended while we looked.
     }
@@ -57,7 +60,7 @@ function message(id, role, tokens) {
  * Stores session `e2e` before VS Code starts (DuckDB lets one process hold the file): turns, one
  * compaction (whose summary the suite expands later), more turns. Returns the summary id and the tokens.
  */
-export async function seed(db) {
+export async function seed(db, workspace) {
   const [command, ...args] = sidecarCommand();
   const child = spawn(command, [...args, '--db', db, '--stdio'], { stdio: ['pipe', 'pipe', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
@@ -65,7 +68,7 @@ export async function seed(db) {
   connection.listen();
   await connection.sendRequest('initialize', {
     processId: process.pid,
-    rootUri: null,
+    rootUri: pathToFileURL(workspace).href, // the session belongs to the folder VS Code opens, as an agent's would
     capabilities: {},
     initializationOptions: { compaction: { auto: false, maxTokens: -1, freshTail: 4 } },
   });
