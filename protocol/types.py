@@ -40,6 +40,10 @@ class Usage:
     hint: str | None = None
     calibration: float | None = None
     reported_tokens: int | None = None
+    cache_hit_rate: float | None = None
+    """*Extension*: cacheRead / (input + cacheRead + cacheWrite) of the last context/reportUsage."""
+    cache_hit_rate_smoothed: float | None = None
+    """*Extension*: the same, exponentially smoothed over this process's reports."""
 
 
 @attrs.define
@@ -72,6 +76,8 @@ class AssembleParams:
     budget: int | None = None
     fresh_tail: int | None = None
     prune: bool | None = None
+    since: str | None = None
+    """*Extension*: the ``revision`` of the client's previous reply, to get only what changed."""
 
 
 @attrs.define
@@ -92,6 +98,16 @@ class AssembleResult:
     dropped: int
     over_budget: bool
     usage: Usage
+    revision: str | None = None
+    """*Extension*: names this prompt, for a later ``since``."""
+    stable_prefix: int | None = None
+    """*Extension*: leading messages unchanged since the session's previous assemble."""
+    cache_breakpoints: list[int] | None = None
+    """*Extension*: at most 4 message indexes (of the whole prompt) to put provider cache markers after."""
+    delta: bool | None = None
+    """*Extension*, with ``since``: true when ``messages``/``items`` only hold what to append after ``keep``."""
+    keep: int | None = None
+    """*Extension*, when ``delta``: leading messages of the previous prompt to keep."""
 
 
 @attrs.define
@@ -257,6 +273,18 @@ class DidCompactParams:
     summary_ids: list[str]
     tokens_before: int
     tokens_after: int
+    tokens_rewritten: int | None = None
+    """*Extension*: prompt tokens from the first changed message on (a provider cache miss)."""
+
+
+@attrs.define
+class DidPruneParams:
+    """*Extension*: a prune step replaced these tool outputs by placeholders, for good."""
+
+    session_id: str
+    ids: list[str]
+    tokens_saved: int
+    tokens_rewritten: int
 
 
 @attrs.define

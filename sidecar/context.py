@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
-from protocol.types import AssembleParams, ReportUsageParams, Usage, UsageParams
+import attrs
+
+from protocol import methods
+from protocol.types import AssembleParams, DidPruneParams, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_window
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
@@ -23,6 +27,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API.
 
     Returned as the JSON text of an ``AssembleResult``: messages are spliced in as rendered once and kept.
+    With ``since`` naming the session's previous reply, and that prompt unchanged but for messages added at its
+    end, only those come back (``delta``); otherwise the whole prompt, with ``delta: false``.
     """
     session = sidecar.session(params.session_id)
     compaction = sidecar.settings.compaction
@@ -34,41 +40,130 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
-    plan = choose_items(sidecar, session, budget, fresh_tail, prune)
-    messages, items = render(sidecar, session, plan)
+    previous = sidecar.prompts.get(session.session_id)
+    key = (budget, fresh_tail, prune)
+    anchor = previous.anchor if previous is not None and previous.key == key \
+        and previous.summaries == session.summary_count else None
+    stepped_from: int | None = None
+    if prune:
+        step = sidecar.prune_state(session)
+        session = sidecar.session(session.session_id)  # prune_state may have recounted the totals
+        if step.advanced:
+            stepped_from = session.pruned_upto
+            session = sidecar.store().advance_prune(session.session_id, step.frontier, step.count,
+                                                    step.tokens) or session
+    plan = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None, anchor)
+    messages, items, rows = render(sidecar, session, plan)
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
-    rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
-            "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
+    stable = previous.common_prefix(messages) if previous is not None else 0
+    revision = sidecar.next_revision()
+    sidecar.prompts[session.session_id] = Prompt(revision, key, messages, rows[0].position if rows else None,
+                                                 session.summary_count)
+    rest: dict[str, Any] = {
+        "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
+        "usage": unstructure(sidecar.usage(session)), "revision": revision, "stablePrefix": stable,
+        "cacheBreakpoints": cache_breakpoints(rows, stable)}
+    if stepped_from is not None:
+        announce_prune(sidecar, session, stepped_from, session.pruned_upto, plan)
+    if params.since is not None:
+        rest["delta"] = previous is not None and params.since == previous.revision and stable == len(previous.messages)
+        if rest["delta"]:
+            rest["keep"] = stable
+            messages, items = messages[stable:], items[stable:]
     return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
                              utf8(dumps(rest)[1:]))))
 
 
-def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:
-    """Read newest items until they surely cover the budget, then decide pruning and the fill.
+@attrs.define
+class Prompt:
+    """What a session's previous assemble returned, to tell the next one what stayed and to answer deltas."""
 
-    Older items than those read enter the pruning decision through the session's running totals.
+    revision: str
+    key: tuple[int, int, bool]
+    """(budget, freshTail, prune) it was built with: the fill's anchor holds for the same only."""
+    messages: list[bytes]
+    anchor: int | None
+    """Position of its first item: the fill keeps starting there while everything from there fits."""
+    summaries: int
+    """The session's summary count then: a compaction since moves the anchor."""
+
+    def common_prefix(self, messages: list[bytes]) -> int:
+        """How many leading ``messages`` equal this prompt's, byte for byte."""
+        old = self.messages
+        limit = min(len(old), len(messages))
+        for index in range(limit):
+            if old[index] is not messages[index] and old[index] != messages[index]:
+                return index
+        return limit
+
+
+MAX_BREAKPOINTS = 4
+
+
+def cache_breakpoints(rows: list[ItemRow], stable: int) -> list[int]:
+    """Message indexes after which a provider cache marker pays: the end of the leading system messages, the end of
+    the summaries after them, the last message kept from the previous prompt, and the last message."""
+    points: list[int] = []
+    index = 0
+    while index < len(rows) and rows[index].kind == "message" and rows[index].role == "system":
+        index += 1
+    if index:
+        points.append(index - 1)
+    summaries = index
+    while index < len(rows) and rows[index].kind == "summary":
+        index += 1
+    if index > summaries:
+        points.append(index - 1)
+    if stable:
+        points.append(stable - 1)
+    if rows:
+        points.append(len(rows) - 1)
+    return sorted(set(points))[-MAX_BREAKPOINTS:]
+
+
+def announce_prune(sidecar: Sidecar, session: SessionRow, after: int, upto: int, plan: Assembly) -> None:
+    """context/didPrune for the step that pruned the outputs in (after, upto]."""
+    rule = sidecar.prune_rule()
+    newly = [item for item in sidecar.store().items(session, after, upto) if is_prunable(item, rule)]
+    if not newly:
+        return
+    factor = session.calibration
+    saved = sum(math.ceil(item.tokens * factor) for item in newly) - len(newly) * rule.placeholder_tokens
+    first = newly[0].position
+    rewritten = sum(rule.placeholder_tokens if item.position in plan.pruned else item.tokens
+                    for item in plan.chosen if item.position >= first)
+    sidecar.notify(methods.CONTEXT_DID_PRUNE, unstructure(DidPruneParams(
+        session_id=session.session_id, ids=[item.ref_id for item in newly], tokens_saved=saved,
+        tokens_rewritten=rewritten)))
+
+
+def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, frontier: int | None,
+                 anchor: int | None = None) -> Assembly:
+    """Read newest items until they surely cover the budget, then mark the pruned ones and fill.
+
+    ``frontier`` is the prune frontier (None: no pruning); ``anchor`` where the previous fill started.
     """
     store = sidecar.store()
-    rule = sidecar.prune_rule() if prune else None
+    rule = sidecar.prune_rule() if frontier is not None else None
     factor = session.calibration
     want = math.ceil(budget / factor)
     if rule is not None and session.context_tokens:
         # Pruned outputs shrink to placeholders, so a budget holds more items: read for that at once.
         share = min(session.prunable_tokens / session.context_tokens, 0.9)
         want = math.ceil(want / (1 - share))
-    all_prunable = sidecar.prune_totals(session)[1] if rule is not None else 0
     while True:
         raw, complete = store.tail(session, want + 1, fresh_tail + 1)
-        window = plan_window(raw, budget, fresh_tail, rule, all_prunable, factor)
+        window = plan_window(raw, budget, fresh_tail, rule, frontier or 0, factor)
         if window.covered or complete:
             needed = raw[window.start:]
             placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
-            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder)
+            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder,
+                            anchor)
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
-def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[bytes], list[str]]:
-    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text)."""
+def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[bytes], list[str], list[ItemRow]]:
+    """The chosen items as OpenAI messages (UTF-8 JSON), as ``items`` entries (JSON text), and as the rows."""
     store = sidecar.store()
     rendered = sidecar.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
@@ -96,8 +191,8 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly) -> tuple[list[
     # A call left with no results and no text renders as nothing: drop it and its entry.
     keep = [index for index, text in enumerate(messages) if text]
     if len(keep) != len(messages):
-        messages, items = [messages[i] for i in keep], [items[i] for i in keep]
-    return messages, items
+        messages, items, chosen = [messages[i] for i in keep], [items[i] for i in keep], [chosen[i] for i in keep]
+    return messages, items, chosen
 
 
 def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[bytes], items: list[str],
@@ -133,6 +228,8 @@ def render_stored_summary(summary: SummaryRow) -> str:
 
 CALIBRATION_SMOOTHING = 0.5
 CALIBRATION_BOUNDS = (0.25, 4.0)
+CACHE_HIT_SMOOTHING = 0.3
+"""Weight of the newest report in the smoothed cache hit rate."""
 MIN_CALIBRATION_BASIS = 256
 """Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
 
@@ -161,6 +258,11 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
     # freshly cached prompt only there), so they count: 0 from providers that have no such figure.
+    if prompt > 0:
+        last = counts["cacheReadTokens"] / prompt
+        previous = sidecar.cache_hits.get(session.session_id)
+        smoothed = last if previous is None else CACHE_HIT_SMOOTHING * last + (1 - CACHE_HIT_SMOOTHING) * previous[1]
+        sidecar.cache_hits[session.session_id] = (round(last, 4), smoothed)
     reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))

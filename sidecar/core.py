@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ import attrs
 
 from protocol import errors as codes
 from protocol.types import Usage
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, prune_step, pruned_total
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
@@ -50,9 +51,21 @@ class Sidecar:
     """Per session: the tool name of recent tool calls, by call id."""
     rendered: RenderedMessages = attrs.field(factory=RenderedMessages)
     """Assembled messages as JSON text, reused while they stay in the context."""
+    prompts: dict[str, Any] = attrs.field(factory=dict)
+    """Per session: its previous assembled prompt (``sidecar.context.Prompt``), for stablePrefix and deltas."""
+    cache_hits: dict[str, tuple[float, float]] = attrs.field(factory=dict)
+    """Per session: (last, smoothed) cache hit rate of the provider's reports."""
+    revision_prefix: str = attrs.field(factory=lambda: uuid.uuid4().hex[:8])
+    """Revisions name this process too, so a revision from an earlier run is never taken for one of ours."""
+    revisions: int = 0
     runtime_tables: list[dict[str, Any]] = attrs.field(factory=list)
     """Other per-session maps (auto-compaction back-off and idle marks) that ``forget`` clears."""
     """Sessions whose last auto-compaction failed, with the time before which it is not retried."""
+
+    def next_revision(self) -> str:
+        """A new assemble revision."""
+        self.revisions += 1
+        return f"{self.revision_prefix}-{self.revisions}"
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
@@ -100,6 +113,9 @@ class Sidecar:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
         if session_id is None:
             self.rendered.clear()
+        else:  # a session deleted (perhaps made again under its id): its prompt and cache figures are gone
+            self.prompts.pop(session_id, None)
+            self.cache_hits.pop(session_id, None)
         for table in (self.assembled, self.auto_failed, self.recent_calls, *self.runtime_tables):
             if session_id is None:
                 table.clear()
@@ -156,6 +172,30 @@ class Sidecar:
             session = self.session(session.session_id)
         return session.prunable_count, session.prunable_tokens
 
+    def prune_state(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> PruneStep:
+        """The prune frontier as the next assemble uses it: the stored one, or a new step if one is due.
+
+        ``tail`` may pass newest raw items already fetched (covering ``protectTokens``) to save a read.
+        """
+        rule = self.prune_rule()
+        all_count, all_tokens = self.prune_totals(session)
+        session = self.session(session.session_id)  # prune_totals may have recounted
+        if session.last_position is None or (all_tokens - session.pruned_tokens) * session.calibration \
+                <= rule.minimum_tokens:
+            return PruneStep(session.pruned_upto)  # even every unpruned output together is not worth a step
+        factor = session.calibration
+        want = math.ceil(rule.protect_tokens / factor) + 1
+        items, complete = tail or self.store().tail(session, want, 1)
+        while True:
+            step = prune_step(items, rule, factor, session.pruned_upto, all_count, all_tokens, session.pruned_count,
+                              session.pruned_tokens)
+            if step is not None:
+                return step
+            if complete:
+                return PruneStep(session.pruned_upto)  # the whole context is protected
+            want = 2 * max(want, sum(item.tokens for item in items))
+            items, complete = self.store().tail(session, want, len(items) + 1)
+
     def estimated_tokens(self, session: SessionRow, prune: bool | None = None,
                          tail: tuple[list[ItemRow], bool] | None = None) -> int:
         """Tokens of the whole current context as assemble would build it with no budget.
@@ -166,16 +206,10 @@ class Sidecar:
         total = math.ceil(session.context_tokens * factor)
         if not (self.settings.prune.enabled if prune is None else prune) or session.last_position is None:
             return total
-        rule = self.prune_rule()
-        all_count, all_tokens = self.prune_totals(session)
-        if all_tokens * factor <= rule.minimum_tokens:
-            return total  # even every tool output together is not worth pruning
-        items, _ = tail or self.store().tail(session, math.ceil(rule.protect_tokens / factor) + 1, 1)
-        positions, candidate_tokens = prune_candidates(items, rule, factor)
-        fetched = [item for item in items if is_prunable(item, rule)]
-        count = len(positions) + all_count - len(fetched)
-        tokens = candidate_tokens + all_tokens - sum(item.tokens for item in fetched)
-        return pruned_total(total, count, tokens, rule, factor)
+        step = self.prune_state(session, tail)
+        session = self.session(session.session_id)
+        return pruned_total(total, session.pruned_count + step.count, session.pruned_tokens + step.tokens,
+                            self.prune_rule(), factor)
 
     def usage(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> Usage:
         """The session's usage figures and state."""
@@ -198,4 +232,6 @@ class Sidecar:
             hint=figures.hint,
             calibration=round(session.calibration, 4),
             reported_tokens=session.reported_tokens,
+            cache_hit_rate=hits[0] if (hits := self.cache_hits.get(session.session_id)) else None,
+            cache_hit_rate_smoothed=round(hits[1], 4) if hits else None,
         )

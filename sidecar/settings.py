@@ -67,6 +67,9 @@ class CompactionSettings:
     max_rounds: int = 10
     """Most leaf+condensed rounds of one ``full`` compaction."""
 
+    min_savings: float = 0.10
+    """A compaction saving less than this share of the context is skipped: its rewrite would not pay."""
+
 
 @attrs.define(frozen=True)
 class PruneSettings:
@@ -160,6 +163,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "compaction.leafChunkSize": (1, 100_000),
     "compaction.condensedMinFanout": (2, 1_000),
     "compaction.maxRounds": (1, 1_000),
+    "compaction.minSavings": (0.0, 1.0),
     "prune.protectTokens": (0, INT_MAX),
     "prune.minimumTokens": (0, INT_MAX),
     "prune.maxTokensPerPart": (1, INT_MAX),

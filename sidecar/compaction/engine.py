@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ import attrs
 from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
 from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.core import Sidecar
-from sidecar.engine.assembly import context_total, is_prunable
+from sidecar.engine.assembly import PruneRule, context_total, is_prunable, prune_candidates
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
@@ -52,6 +53,8 @@ class Outcome:
     calls: int = 0
     db_seconds: float = 0.0
     message_count: int = 0
+    tokens_rewritten: int = 0
+    """Prompt tokens from the first item the rewrite changed on."""
 
 
 @attrs.define
@@ -79,6 +82,10 @@ class Compaction:
         """The context as read, before any replacement."""
         self.loaded_items: list[ItemRow] = []
         self.calibration = 1.0
+        self.frontier = 0
+        """The prune frontier as loaded."""
+        self.unchanged_tokens = 0
+        """Tokens of the leading items the rewrite leaves as they were (set by _apply)."""
         self.messages: dict[int, SourceMessage] = {}
         """Loaded messages by seq, which is their context position."""
         self.contents: dict[str, str] = {}
@@ -111,6 +118,7 @@ class Compaction:
         pairs = [(item, summaries.get(item.ref_id) if item.kind == "summary" else None) for item in items]
         self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item) for item, row in pairs]
         self.calibration = session.calibration
+        self.frontier = session.pruned_upto
         self.loaded = list(self.nodes)
         self.loaded_items = items
         return session
@@ -138,13 +146,21 @@ class Compaction:
         if not self.new_summaries:
             return self._outcome(False, before, before, 0, "nothing to compact: no run of old messages or "
                                  "summaries is long enough outside the fresh tail")
-        if self._virtual_tokens() >= raw_before:
+        virtual_after = self._virtual_tokens()
+        if virtual_after >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
+        min_savings = self.settings.min_savings
+        if before - virtual_after < min_savings * before:
+            return self._outcome(False, before, before, rounds,
+                                 f"not worth a rewrite: it would save {max(0, before - virtual_after):,} of "
+                                 f"{before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
         self._apply()
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
-        return self._outcome(True, before, after, rounds, None, handoff)
+        outcome = self._outcome(True, before, after, rounds, None, handoff)
+        outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
+        return outcome
 
     def _tokens_after(self) -> int:
         session = self.sidecar.session(self.session_id)
@@ -164,7 +180,7 @@ class Compaction:
     def _virtual_tokens(self) -> int:
         """The in-memory context's size as usage would report it (pruned when pruning is on)."""
         rule = self.sidecar.prune_rule() if self.sidecar.settings.prune.enabled else None
-        return context_total(self.nodes, rule, self.calibration)
+        return context_total(self.nodes, rule, self.calibration, self.frontier)
 
     # Leaf and condensed passes
 
@@ -396,6 +412,33 @@ class Compaction:
                                        and node.position in kept),
                             count=len(gone), tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
                             prunable_tokens=sum(node.tokens for node in prunable))
+        pruned = self._prune_frontier(rule)
         store = self.sidecar.store()
-        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added))
+        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added,
+                                                pruned))
+
+    def _prune_frontier(self, rule: PruneRule) -> tuple[int, int, int]:
+        """The prune step this rewrite takes along (any amount: the prompt changes anyway), as (frontier, count,
+        raw tokens) of the new context; also notes the tokens of the leading items left unchanged."""
+        frontier = max(self.frontier, self.sidecar.session(self.session_id).pruned_upto)
+        if self.sidecar.settings.prune.enabled:
+            positions, _ = prune_candidates(self.nodes, rule, self.calibration, frontier)
+            frontier = max([frontier, *positions])
+        new_ids = {s.id for s in self.new_summaries}
+        first_changed = min(node.position for node in self.nodes if node.ref_id in new_ids)
+        count = tokens = unchanged = 0
+        for node in self.nodes:
+            pruned = node.position <= frontier and is_prunable(node, rule)
+            if pruned:
+                count += 1
+                tokens += node.tokens
+                if node.position > self.frontier:
+                    first_changed = min(first_changed, node.position)
+        for node in self.nodes:
+            if node.position >= first_changed:
+                break
+            pruned = node.position <= self.frontier and is_prunable(node, rule) and self.sidecar.settings.prune.enabled
+            unchanged += rule.placeholder_tokens if pruned else math.ceil(node.tokens * self.calibration)
+        self.unchanged_tokens = unchanged
+        return frontier, count, tokens
 

@@ -127,8 +127,19 @@ def m003_live_messages(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m004_prune_frontier(db: duckdb.DuckDBPyConnection) -> None:
+    """Persisted, monotonic pruning: prunable tool outputs at positions up to ``pruned_upto`` stay pruned.
+
+    ``pruned_count``/``pruned_tokens`` total those outputs (raw estimates), so a step needs no scan of old history.
+    """
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_upto BIGINT NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_count BIGINT NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_tokens BIGINT NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
     ("003_live_messages", m003_live_messages),
+    ("004_prune_frontier", m004_prune_frontier),
 ]

@@ -88,6 +88,15 @@ class TailCache:
             entry.complete = False
             entry.served = 0
 
+    def rebase(self, session_id: str, revision: int, new_revision: int) -> None:
+        """The context went from ``revision`` to ``new_revision`` with the same items (a prune step)."""
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            if entry.revision == revision:
+                entry.revision = new_revision
+            else:
+                del self._entries[session_id]
+
     def drop(self, session_id: str | None = None) -> None:
         """Forget one session's entry, or all."""
         if session_id is None:
