@@ -136,7 +136,8 @@ class Compaction:
         session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
         before = tokens_before if tokens_before is not None else \
             self._db(lambda: self.sidecar.estimated_tokens(session))
-        raw_before = self._virtual_tokens()
+        # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
+        raw_before = self._db(lambda: self.sidecar.estimated_tokens(session, tail=self.loaded_context()))
         if supplied_summary is not None:
             self.mode = "handoff"  # the client's text stands for everything before the tail, as a handoff does
         if self.mode == "handoff":
@@ -151,10 +152,10 @@ class Compaction:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
         min_savings = self.settings.min_savings
-        if before - virtual_after < min_savings * before:
+        if raw_before - virtual_after < min_savings * raw_before:
             return self._outcome(False, before, before, rounds,
-                                 f"not worth a rewrite: it would save {max(0, before - virtual_after):,} of "
-                                 f"{before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
+                                 f"not worth a rewrite: it would save {raw_before - virtual_after:,} of "
+                                 f"{raw_before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
         self._apply()
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
