@@ -169,7 +169,7 @@ async def test_stable_prefix_and_cache_breakpoints(tmp_path):
         kinds = [item["kind"] for item in compacted["items"]]
         leading = next(i for i, kind in enumerate(kinds) if kind != "summary")
         assert compacted["stablePrefix"] == 0  # the summary replaced the start
-        assert compacted["cacheBreakpoints"] == [leading - 1, len(kinds) - 1], str((kinds, compacted["cacheBreakpoints"]))
+        assert compacted["cacheBreakpoints"] == [leading - 1, len(kinds) - 1]
         await ingest(client, "s", [{"role": "user", "content": "more"}])
         grown = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
         n = len(compacted["messages"])
