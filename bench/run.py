@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
 
 from bench.core import SETTINGS, SIZES, TARGETS, Bench, merge, progress
 from bench.sections.compaction import compaction
+from bench.sections.delta import delta
 from bench.sections.pruning import pruning
 from bench.sections.storage import (
     assemble,
@@ -38,7 +39,7 @@ from bench.sections.storage import (
 from bench.traffic import conversation
 
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
-    startup, serve, single_ingest, batch_ingest, large_load, assemble, grep, pruning, memory, compaction,
+    startup, serve, single_ingest, batch_ingest, large_load, assemble, delta, grep, pruning, memory, compaction,
 ]
 """In order; compaction runs its own servers, so the main server's peak memory is read before it."""
 

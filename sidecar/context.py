@@ -6,8 +6,6 @@ import logging
 import math
 from typing import Any
 
-import attrs
-
 from protocol import methods
 from protocol.types import AssembleParams, DidPruneParams, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
@@ -17,6 +15,7 @@ from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
 from sidecar.memory import iso
+from sidecar.prompt import Prompt, leading_breakpoints
 from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
 from sidecar.wire import RawJSON, dumps, unstructure, utf8
 
@@ -40,10 +39,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
-    previous = sidecar.prompts.get(session.session_id)
+    previous: Prompt | None = sidecar.prompts.get(session.session_id)
     key = (budget, fresh_tail, prune)
-    anchor = previous.anchor if previous is not None and previous.key == key \
-        and previous.summaries == session.summary_count else None
     stepped_from: int | None = None
     if prune:
         step = sidecar.prune_state(session)
@@ -52,73 +49,69 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
             stepped_from = session.pruned_upto
             session = sidecar.store().advance_prune(session.session_id, step.frontier, step.count,
                                                     step.tokens) or session
-    plan = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None, anchor)
+    same = previous is not None and previous.holds(key, session, sidecar.settings)
+    if same and params.since is not None and params.since == previous.revision:  # type: ignore[union-attr]
+        fast = _appended(sidecar, session, previous, budget)  # type: ignore[arg-type]
+        if fast is not None:
+            return fast
+    plan = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
+                        previous.anchor if same else None)  # type: ignore[union-attr]
     messages, items, rows = render(sidecar, session, plan)
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     stable = previous.common_prefix(messages) if previous is not None else 0
+    anchor = plan.chosen[0].position if plan.chosen else None
     revision = sidecar.next_revision()
-    sidecar.prompts[session.session_id] = Prompt(revision, key, messages, rows[0].position if rows else None,
-                                                 session.summary_count)
+    prompt = Prompt(revision, key, messages, anchor, session.summary_count, session.pruned_upto, sidecar.settings,
+                    session.calibration, session.last_position, plan.tokens, plan.over_budget,
+                    leading_breakpoints(rows))
+    sidecar.prompts[session.session_id] = prompt
     rest: dict[str, Any] = {
         "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
         "usage": unstructure(sidecar.usage(session)), "revision": revision, "stablePrefix": stable,
-        "cacheBreakpoints": cache_breakpoints(rows, stable)}
+        "cacheBreakpoints": prompt.breakpoints(stable)}
     if stepped_from is not None:
         announce_prune(sidecar, session, stepped_from, session.pruned_upto, plan)
     if params.since is not None:
-        rest["delta"] = previous is not None and params.since == previous.revision and stable == len(previous.messages)
+        # Not after a rewrite (a prune step, a compaction, another fill, other settings): then the whole prompt.
+        rest["delta"] = same and params.since == previous.revision and anchor == previous.anchor  # type: ignore
         if rest["delta"]:
             rest["keep"] = stable
             messages, items = messages[stable:], items[stable:]
+    return _reply(messages, items, rest)
+
+
+def _reply(messages: list[bytes], items: list[str], rest: dict[str, Any]) -> RawJSON:
+    """The JSON text of an AssembleResult."""
     return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
                              utf8(dumps(rest)[1:]))))
 
 
-@attrs.define
-class Prompt:
-    """What a session's previous assemble returned, to tell the next one what stayed and to answer deltas."""
-
-    revision: str
-    key: tuple[int, int, bool]
-    """(budget, freshTail, prune) it was built with: the fill's anchor holds for the same only."""
-    messages: list[bytes]
-    anchor: int | None
-    """Position of its first item: the fill keeps starting there while everything from there fits."""
-    summaries: int
-    """The session's summary count then: a compaction since moves the anchor."""
-
-    def common_prefix(self, messages: list[bytes]) -> int:
-        """How many leading ``messages`` equal this prompt's, byte for byte."""
-        old = self.messages
-        limit = min(len(old), len(messages))
-        for index in range(limit):
-            if old[index] is not messages[index] and old[index] != messages[index]:
-                return index
-        return limit
-
-
-MAX_BREAKPOINTS = 4
-
-
-def cache_breakpoints(rows: list[ItemRow], stable: int) -> list[int]:
-    """Message indexes after which a provider cache marker pays: the end of the leading system messages, the end of
-    the summaries after them, the last message kept from the previous prompt, and the last message."""
-    points: list[int] = []
-    index = 0
-    while index < len(rows) and rows[index].kind == "message" and rows[index].role == "system":
-        index += 1
-    if index:
-        points.append(index - 1)
-    summaries = index
-    while index < len(rows) and rows[index].kind == "summary":
-        index += 1
-    if index > summaries:
-        points.append(index - 1)
-    if stable:
-        points.append(stable - 1)
-    if rows:
-        points.append(len(rows) - 1)
-    return sorted(set(points))[-MAX_BREAKPOINTS:]
+def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: int) -> RawJSON | None:
+    """The delta reply when only whole units were appended since ``previous`` and they fit: the prompt's previous
+    messages stay as they are, so only the new ones are read and rendered; None when the full path must decide."""
+    if previous.over_budget or previous.last_position is None or session.last_position is None:
+        return None
+    new = sidecar.store().items_after(session, previous.last_position)
+    calls = {call for item in new for call in item.tool_call_ids or ()}
+    results = {item.tool_call_id for item in new if item.role == "tool" and item.kind == "message"}
+    if results != calls:  # a result of an older call, or a call not answered yet: older messages would change
+        return None
+    chosen = sidecar.calibrated(new, session)
+    tokens = previous.tokens + sum(item.tokens for item in chosen)
+    if tokens > budget:
+        return None  # the fill must move
+    plan = Assembly(chosen=chosen, pruned=frozenset(), answered={}, tokens=tokens, over_budget=False,  # type: ignore
+                    exhausted=False)
+    messages, items, _ = render(sidecar, session, plan)
+    keep = len(previous.messages)
+    previous.messages.extend(messages)
+    previous.tokens, previous.last_position = tokens, session.last_position
+    previous.revision = sidecar.next_revision()
+    sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
+    rest = {"tokens": tokens, "dropped": session.context_count - len(previous.messages), "overBudget": False,
+            "usage": unstructure(sidecar.usage(session)), "revision": previous.revision, "stablePrefix": keep,
+            "cacheBreakpoints": previous.breakpoints(keep), "delta": True, "keep": keep}
+    return _reply(messages, items, rest)
 
 
 def announce_prune(sidecar: Sidecar, session: SessionRow, after: int, upto: int, plan: Assembly) -> None:

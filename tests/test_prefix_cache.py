@@ -131,9 +131,11 @@ async def test_since_a_revision_not_the_last_one_gets_a_full_reply(tmp_path):
         for since in (first["revision"], "no-such-revision", ""):
             reply = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": since})
             assert reply["delta"] is False and reply["messages"] == second["messages"]
-        other = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": reply["revision"],
+        same = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": reply["revision"]})
+        assert same["delta"] is True and same["keep"] == 1 and same["messages"] == [] and same["stablePrefix"] == 1
+        other = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": same["revision"],
                                                               "budget": 10})
-        assert other["delta"] is True and other["keep"] == 1 and other["messages"] == []
+        assert other["delta"] is False and other["stablePrefix"] == 1, "another budget is another fill: a rewrite"
         no_since = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
         assert "delta" not in no_since and "keep" not in no_since
 
@@ -184,11 +186,15 @@ async def test_a_fill_over_budget_drops_a_share_then_only_appends(tmp_path):
         budget = 3000
         previous: list[str] = []
         moves = 0
+        kept = Prompt()
         for number in range(60):
             await ingest(client, "s", [{"id": f"m{number}", "role": "user" if number % 2 else "assistant",
                                         "content": f"{number} " + "y" * 400}])
-            reply = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": budget,
-                                                                  "freshTail": 2})
+            params = {"sessionId": "s", "budget": budget, "freshTail": 2}
+            kept.apply(await call(client, methods.CONTEXT_ASSEMBLE, {**params, "since": kept.revision or "none"}))
+            reply = await call(client, methods.CONTEXT_ASSEMBLE, params)
+            assert (kept.messages, kept.items) == (reply["messages"], reply["items"])
+            kept.revision = reply["revision"]
             assert reply["tokens"] <= budget
             now = encoded(reply["messages"])
             if now[:len(previous)] != previous:

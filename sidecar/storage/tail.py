@@ -57,6 +57,16 @@ class TailCache:
         entry.served = max(entry.served, len(entry.items) - start)
         return entry.items[start:], entry.complete and start == 0
 
+    def after(self, session_id: str, revision: int, position: int) -> list[ItemRow] | None:
+        """The cached items newer than ``position``; None on a miss or when the entry starts after it."""
+        entry = self._entries.get(session_id)
+        if entry is None or entry.revision != revision or not entry.items:
+            return None
+        if entry.items[0].position > position and not entry.complete:
+            return None
+        start = bisect.bisect_right(entry.items, position, key=lambda item: item.position)
+        return entry.items[start:]
+
     def put(self, session_id: str, revision: int, items: list[ItemRow], complete: bool) -> None:
         """Remember a session's newest items as read at ``revision``."""
         prefix = [0]
