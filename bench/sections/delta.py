@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from bench.core import BUDGET, Bench, percentile, timed
+from bench.traffic import Message
 from protocol import methods
 
 
+def unit(stream: Iterator[Message]) -> list[Message]:
+    """The next message with the tool results answering its calls: what an agent ingests before its next call."""
+    messages = [next(stream)]
+    waiting = {call["id"] for call in messages[0].get("tool_calls") or ()}
+    while waiting:
+        messages.append(next(stream))
+        waiting.discard(messages[-1].get("tool_call_id"))
+    return messages
+
+
 async def delta(bench: Bench) -> None:
-    """A turn is one ingested message, then an assemble: alternately a delta (``since``) and a full reply."""
+    """A turn ingests one unit, then assembles: alternately a delta (``since``) and a full reply, at budget 128k."""
     client = bench.live
     p50: dict[str, float] = {}
     for name, session_id, count in (("small", "small", bench.sizes.small),
@@ -20,7 +32,7 @@ async def delta(bench: Bench) -> None:
         times: dict[str, list[float]] = {"delta": [], "full": []}
         kept: list[int] = []
         for turn in range(2 * bench.sizes.assemble_runs):
-            await client.ingest(session_id, [next(stream)])
+            await client.ingest(session_id, unit(stream))
             case = "delta" if turn % 2 else "full"
             call = {**params, "since": revision} if case == "delta" else params
             replies: list[dict[str, Any]] = []
