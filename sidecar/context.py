@@ -10,7 +10,7 @@ from protocol import methods
 from protocol.types import AssembleParams, DidPruneParams, ReportUsageParams, Usage, UsageParams
 from sidecar.core import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
-from sidecar.engine.messages import openai_view
+from sidecar.engine.messages import item_head, openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.errors import invalid_params
@@ -197,7 +197,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
         message = openai_view(raws[item.position])
         if pruned:
             message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
-        head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
+        head = item_head(item.ref_id)
         items[index] = head + items[index]
         if item.position not in plan.answered:
             messages[index] = sidecar.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]

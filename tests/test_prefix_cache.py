@@ -61,8 +61,10 @@ async def test_append_only_turns_keep_a_byte_identical_prefix_and_prune_in_steps
         previous: list[str] = []
         pruned_ever: set[str] = set()
         steps = 0
+        sent: dict[str, dict] = {}
         for number in range(40):
             opening, rest = turn(number)
+            sent.update({m["id"]: {k: v for k, v in m.items() if k != "id"} for m in opening + rest})
             ingested = await ingest(client, "s", opening)
             events = len(client.prune_events)
             params = {"sessionId": "s"} if kept.revision is None else {"sessionId": "s", "since": kept.revision}
@@ -74,6 +76,8 @@ async def test_append_only_turns_keep_a_byte_identical_prefix_and_prune_in_steps
             assert full["stablePrefix"] == len(full["messages"]), "nothing changed between the two calls"
             assert ingested["usage"]["tokens"] == full["tokens"], "usage counts what assemble then returns"
             assert_valid_openai_sequence(full["messages"])
+            for item, message in zip(full["items"], full["messages"], strict=True):
+                assert item.get("pruned") or message == sent[item["id"]], "each message is the one ingested"
             now = encoded(full["messages"])
             pruned = {item["id"] for item in full["items"] if item.get("pruned")}
             assert pruned_ever <= pruned, "an output once pruned stays pruned"
