@@ -54,16 +54,18 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         fast = _appended(sidecar, session, previous, budget)  # type: ignore[arg-type]
         if fast is not None:
             return fast
-    plan = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
-                        previous.anchor if same else None)  # type: ignore[union-attr]
+    plan, needed = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
+                                previous.anchor if same else None)  # type: ignore[union-attr]
     messages, items, rows = render(sidecar, session, plan)
+    raw_tokens = {item.position: item.tokens for item in needed} if needed is not plan.chosen else None
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
     stable = previous.common_prefix(messages) if previous is not None else 0
     anchor = plan.chosen[0].position if plan.chosen else None
     revision = sidecar.next_revision()
     prompt = Prompt(revision, key, messages, anchor, session.summary_count, session.pruned_upto, sidecar.settings,
                     session.calibration, session.last_position, plan.tokens, plan.over_budget,
-                    leading_breakpoints(rows))
+                    leading_breakpoints(rows), [-1 if row.position in plan.pruned else
+                                                raw_tokens[row.position] if raw_tokens else row.tokens for row in rows])
     sidecar.prompts[session.session_id] = prompt
     rest: dict[str, Any] = {
         "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
@@ -91,6 +93,8 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     messages stay as they are, so only the new ones are read and rendered; None when the full path must decide."""
     if previous.over_budget or previous.last_position is None or session.last_position is None:
         return None
+    if previous.calibration != session.calibration:  # a usage report since: the same messages, other figures
+        previous.recalibrate(session.calibration, sidecar.prune_rule().placeholder_tokens)
     new = sidecar.store().items_after(session, previous.last_position)
     calls = {call for item in new for call in item.tool_call_ids or ()}
     results = {item.tool_call_id for item in new if item.role == "tool" and item.kind == "message"}
@@ -105,6 +109,7 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     messages, items, _ = render(sidecar, session, plan)
     keep = len(previous.messages)
     previous.messages.extend(messages)
+    previous.raw.extend(item.tokens for item in new)
     previous.tokens, previous.last_position = tokens, session.last_position
     previous.revision = sidecar.next_revision()
     sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
@@ -131,8 +136,9 @@ def announce_prune(sidecar: Sidecar, session: SessionRow, after: int, upto: int,
 
 
 def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, frontier: int | None,
-                 anchor: int | None = None) -> Assembly:
-    """Read newest items until they surely cover the budget, then mark the pruned ones and fill.
+                 anchor: int | None = None) -> tuple[Assembly, list[ItemRow]]:
+    """Read newest items until they surely cover the budget, then mark the pruned ones and fill; also returns the
+    raw items it chose from (``chosen`` itself when the calibration changes no figure).
 
     ``frontier`` is the prune frontier (None: no pruning); ``anchor`` where the previous fill started.
     """
@@ -150,8 +156,9 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         if window.covered or complete:
             needed = raw[window.start:]
             placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
-            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder,
-                            anchor)
+            calibrated = sidecar.calibrated(needed, session)
+            plan = assemble(calibrated, budget, fresh_tail, window.pruned, placeholder, anchor)
+            return plan, (plan.chosen if calibrated is needed else needed)  # type: ignore[return-value]
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +36,18 @@ class Prompt:
     over_budget: bool
     leading: list[int]
     """Breakpoints of the leading block (system messages, then summaries), which appending does not move."""
+    raw: list[int]
+    """Per message, its uncalibrated token estimate; -1 for a pruned output (a placeholder)."""
 
     def holds(self, key: tuple[int, int, bool], session: SessionRow, settings: Any) -> bool:
         """Whether nothing but appending happened since, for a call with ``key``."""
         return (self.key == key and self.summaries == session.summary_count and self.frontier == session.pruned_upto
-                and self.settings is settings and abs(self.calibration - session.calibration) < 1e-12)
+                and self.settings is settings)
+
+    def recalibrate(self, factor: float, placeholder: int) -> None:
+        """The token total under another calibration factor, counted as assemble counts it."""
+        self.tokens = sum(placeholder if raw < 0 else math.ceil(raw * factor) for raw in self.raw)
+        self.calibration = factor
 
     def common_prefix(self, messages: list[bytes]) -> int:
         """How many leading ``messages`` equal this prompt's, byte for byte."""

@@ -274,3 +274,26 @@ async def test_a_settings_change_of_protected_tools_is_a_rewrite_and_pruning_res
         assert after["delta"] is False and not any(item.get("pruned") for item in after["items"])
         usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})
         assert usage["tokens"] == after["tokens"]
+
+
+async def test_deltas_survive_usage_reports_that_change_the_calibration(tmp_path):
+    async with running_sidecar(settings=settings(tmp_path / "db.duckdb")) as client:
+        kept = Prompt()
+        for number in range(12):
+            opening, rest = turn(number)
+            await ingest(client, "s", opening)
+            reply = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": kept.revision or "-"})
+            kept.apply(reply)
+            full = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
+            assert (kept.messages, reply["tokens"]) == (full["messages"], full["tokens"])
+            # Kept items keep the token figures they were sent with; a report since rescales the new ones only.
+            assert [(i["id"], i.get("pruned")) for i in kept.items] == \
+                [(i["id"], i.get("pruned")) for i in full["items"]]
+            if number and not client.prune_events:
+                assert reply["delta"] is True
+            kept.revision = full["revision"]
+            await ingest(client, "s", rest)
+            waiter = client.protocol.wait_for_notification_async(methods.CONTEXT_DID_CHANGE_USAGE)
+            client.protocol.notify(methods.CONTEXT_REPORT_USAGE, {"sessionId": "s", "outputTokens": 5,
+                                                                 "inputTokens": full["tokens"] * (1 + number % 3)})
+            assert (await asyncio.wait_for(waiter, 10))["calibration"] != 1.0
