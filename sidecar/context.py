@@ -55,7 +55,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         if fast is not None:
             return fast
     plan, needed = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
-                                previous.anchor if same else None)  # type: ignore[union-attr]
+                                previous.anchor if previous is not None
+                                and previous.anchors(key, session, sidecar.settings) else None)
     messages, items, rows = render(sidecar, session, plan)
     raw_tokens = {item.position: item.tokens for item in needed} if needed is not plan.chosen else None
     sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
@@ -65,7 +66,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     prompt = Prompt(revision, key, messages, anchor, session.summary_count, session.pruned_upto, sidecar.settings,
                     session.calibration, session.last_position, plan.tokens, plan.over_budget,
                     leading_breakpoints(rows), [-1 if row.position in plan.pruned else
-                                                raw_tokens[row.position] if raw_tokens else row.tokens for row in rows])
+                                                raw_tokens[row.position] if raw_tokens else row.tokens for row in rows],
+                    session.revision)
     sidecar.prompts[session.session_id] = prompt
     rest: dict[str, Any] = {
         "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
@@ -96,6 +98,8 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     if previous.calibration != session.calibration:  # a usage report since: the same messages, other figures
         previous.recalibrate(session.calibration, sidecar.prune_rule().placeholder_tokens)
     new = sidecar.store().items_after(session, previous.last_position)
+    if session.revision - previous.session_revision != len(new):
+        return None  # something else changed the context too
     calls = {call for item in new for call in item.tool_call_ids or ()}
     results = {item.tool_call_id for item in new if item.role == "tool" and item.kind == "message"}
     if results != calls:  # a result of an older call, or a call not answered yet: older messages would change
@@ -111,6 +115,7 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     previous.messages.extend(messages)
     previous.raw.extend(item.tokens for item in new)
     previous.tokens, previous.last_position = tokens, session.last_position
+    previous.session_revision = session.revision
     previous.revision = sidecar.next_revision()
     sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
     rest = {"tokens": tokens, "dropped": session.context_count - len(previous.messages), "overBudget": False,

@@ -38,11 +38,19 @@ class Prompt:
     """Breakpoints of the leading block (system messages, then summaries), which appending does not move."""
     raw: list[int]
     """Per message, its uncalibrated token estimate; -1 for a pruned output (a placeholder)."""
+    session_revision: int
+    """The session's revision then: appending n messages adds n, any other change of the context adds more."""
 
     def holds(self, key: tuple[int, int, bool], session: SessionRow, settings: Any) -> bool:
         """Whether nothing but appending happened since, for a call with ``key``."""
-        return (self.key == key and self.summaries == session.summary_count and self.frontier == session.pruned_upto
-                and self.settings is settings)
+        return self.frontier == session.pruned_upto and self.anchors(key, session, settings)
+
+    def anchors(self, key: tuple[int, int, bool], session: SessionRow, settings: Any) -> bool:
+        """Whether the fill may keep starting where this one did: the same call, no compaction, the same settings.
+
+        A prune step keeps the anchor: the prompt shrinks, and it changes only from the first pruned output on.
+        """
+        return self.key == key and self.summaries == session.summary_count and self.settings is settings
 
     def recalibrate(self, factor: float, placeholder: int) -> None:
         """The token total under another calibration factor, counted as assemble counts it."""
