@@ -68,7 +68,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
                     leading_breakpoints(rows), [-1 if row.position in plan.pruned else
                                                 raw_tokens[row.position] if raw_tokens else row.tokens for row in rows],
                     session.revision)
-    sidecar.prompts[session.session_id] = prompt
+    keep_prompt(sidecar, session.session_id, prompt)
     rest: dict[str, Any] = {
         "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
         "usage": unstructure(sidecar.usage(session)), "revision": revision, "stablePrefix": stable,
@@ -82,6 +82,18 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
             rest["keep"] = stable
             messages, items = messages[stable:], items[stable:]
     return _reply(messages, items, rest)
+
+
+MAX_PROMPTS = 16
+"""Sessions whose previous prompt is kept (their messages are held, not copied): the most recently assembled."""
+
+
+def keep_prompt(sidecar: Sidecar, session_id: str, prompt: Prompt) -> None:
+    """Remember a session's prompt, forgetting the least recently assembled beyond MAX_PROMPTS."""
+    sidecar.prompts.pop(session_id, None)
+    sidecar.prompts[session_id] = prompt
+    while len(sidecar.prompts) > MAX_PROMPTS:
+        del sidecar.prompts[next(iter(sidecar.prompts))]
 
 
 def _reply(messages: list[bytes], items: list[str], rest: dict[str, Any]) -> RawJSON:
@@ -116,6 +128,7 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     previous.raw.extend(item.tokens for item in new)
     previous.tokens, previous.last_position = tokens, session.last_position
     previous.session_revision = session.revision
+    keep_prompt(sidecar, session.session_id, previous)
     previous.revision = sidecar.next_revision()
     sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
     rest = {"tokens": tokens, "dropped": session.context_count - len(previous.messages), "overBudget": False,
