@@ -79,8 +79,7 @@ def test_messages_ingested_during_a_compaction_are_counted_after_it(tmp_path):
 
 
 def test_a_context_changed_under_a_compaction_fails_and_changes_nothing(tmp_path):
-    # minSavings 0: the stale compaction would save little of the compacted context and be skipped before its write.
-    sidecar = make_sidecar(tmp_path, freshTail=6, minSavings=0)
+    sidecar = make_sidecar(tmp_path, freshTail=6)
     add(sidecar, coding_session(200))
     stale = Compaction(sidecar, "s", "incremental", None, DeterministicSummarizer())
     stale.load()

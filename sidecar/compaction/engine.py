@@ -21,7 +21,14 @@ import attrs
 from sidecar.compaction.files import files_touched, footer_files, render_footer, strip_footer
 from sidecar.compaction.plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.core import Sidecar
-from sidecar.engine.assembly import PruneRule, context_total, is_prunable, prune_candidates
+from sidecar.engine.assembly import (
+    PruneRule,
+    context_total,
+    is_prunable,
+    prune_candidates,
+    prune_step,
+    pruned_total,
+)
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
 from sidecar.memory import iso
@@ -137,7 +144,7 @@ class Compaction:
         before = tokens_before if tokens_before is not None else \
             self._db(lambda: self.sidecar.estimated_tokens(session))
         # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
-        raw_before = self._db(lambda: self.sidecar.estimated_tokens(session, tail=self.loaded_context()))
+        raw_before = self._loaded_tokens()
         if supplied_summary is not None:
             self.mode = "handoff"  # the client's text stands for everything before the tail, as a handoff does
         if self.mode == "handoff":
@@ -177,6 +184,20 @@ class Compaction:
                        summary_ids=[s.id for s in self.new_summaries if s.id in top] if compacted else [],
                        reason=reason, summary=summary, calls=self.calls, db_seconds=self.db_seconds,
                        message_count=len(self.nodes))
+
+    def _loaded_tokens(self) -> int:
+        """The loaded context's size as assemble sends it: pruned up to the frontier, or the step now due."""
+        if not self.sidecar.settings.prune.enabled:
+            return context_total(self.loaded, None, self.calibration)
+        rule = self.sidecar.prune_rule()
+        prunable = [node for node in self.loaded if is_prunable(node, rule)]
+        pruned = [node for node in prunable if node.position <= self.frontier]
+        step = prune_step(self.loaded, rule, self.calibration, self.frontier, len(prunable),
+                          sum(node.tokens for node in prunable), len(pruned), sum(node.tokens for node in pruned))
+        frontier = step.frontier if step is not None else self.frontier
+        pruned = [node for node in prunable if node.position <= frontier]
+        total = context_total(self.loaded, None, self.calibration)
+        return pruned_total(total, len(pruned), sum(node.tokens for node in pruned), rule, self.calibration)
 
     def _virtual_tokens(self) -> int:
         """The in-memory context's size as usage would report it (pruned when pruning is on)."""
