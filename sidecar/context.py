@@ -122,10 +122,11 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
         return None  # the fill must move
     plan = Assembly(chosen=chosen, pruned=frozenset(), answered={}, tokens=tokens, over_budget=False,  # type: ignore
                     exhausted=False)
-    messages, items, _ = render(sidecar, session, plan)
+    messages, items, rows = render(sidecar, session, plan)
+    raw = {item.position: item.tokens for item in new}
     keep = len(previous.messages)
     previous.messages.extend(messages)
-    previous.raw.extend(item.tokens for item in new)
+    previous.raw.extend(raw[row.position] for row in rows)
     previous.tokens, previous.last_position = tokens, session.last_position
     previous.session_revision = session.revision
     keep_prompt(sidecar, session.session_id, previous)
