@@ -55,6 +55,8 @@ class Sidecar:
     """Per session: its previous assembled prompt (``sidecar.context.Prompt``), for stablePrefix and deltas."""
     cache_hits: dict[str, tuple[float, float]] = attrs.field(factory=dict)
     """Per session: (last, smoothed) cache hit rate of the provider's reports."""
+    prune_memo: dict[str, tuple[Any, PruneStep]] = attrs.field(factory=dict)
+    """Per session: the last prune state computed, and the revision, frontier, calibration, settings it holds for."""
     revision_prefix: str = attrs.field(factory=lambda: uuid.uuid4().hex[:8])
     """Revisions name this process too, so a revision from an earlier run is never taken for one of ours."""
     revisions: int = 0
@@ -113,9 +115,11 @@ class Sidecar:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
         if session_id is None:
             self.rendered.clear()
+            self.prune_memo.clear()
         else:  # a session deleted (perhaps made again under its id): its prompt and cache figures are gone
             self.prompts.pop(session_id, None)
             self.cache_hits.pop(session_id, None)
+            self.prune_memo.pop(session_id, None)
         for table in (self.assembled, self.auto_failed, self.recent_calls, *self.runtime_tables):
             if session_id is None:
                 table.clear()
@@ -177,6 +181,16 @@ class Sidecar:
 
         ``tail`` may pass newest raw items already fetched (covering ``protectTokens``) to save a read.
         """
+        key = (session.revision, session.pruned_upto, session.calibration, self.settings)
+        memo = self.prune_memo.get(session.session_id)
+        if tail is None and memo is not None and memo[0] == key:
+            return memo[1]  # ingest's usage, assemble and its usage all ask at the same revision
+        step = self._prune_state(session, tail)
+        if tail is None:
+            self.prune_memo[session.session_id] = (key, step)
+        return step
+
+    def _prune_state(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None) -> PruneStep:
         rule = self.prune_rule()
         all_count, all_tokens = self.prune_totals(session)
         session = self.session(session.session_id)  # prune_totals may have recounted
