@@ -30,6 +30,8 @@ CONTEXT_REPORT_USAGE = "context/reportUsage"
 # Notifications, server to client.
 CONTEXT_DID_CHANGE_USAGE = "context/didChangeUsage"
 CONTEXT_DID_COMPACT = "context/didCompact"
+CONTEXT_DID_PRUNE = "context/didPrune"
+"""*Extension*: a prune step's announcement."""
 
 # Requests, server to client.
 CONTEXT_WILL_COMPACT = "context/willCompact"
@@ -52,7 +54,7 @@ REQUESTS = (
 """Every request the server answers, besides the LSP lifecycle ones."""
 
 CLIENT_NOTIFICATIONS = (CONTEXT_REPORT_USAGE,)
-SERVER_NOTIFICATIONS = (CONTEXT_DID_CHANGE_USAGE, CONTEXT_DID_COMPACT)
+SERVER_NOTIFICATIONS = (CONTEXT_DID_CHANGE_USAGE, CONTEXT_DID_COMPACT, CONTEXT_DID_PRUNE)
 SERVER_REQUESTS = (CONTEXT_WILL_COMPACT,)
 
 COMPACTION_MODES: tuple[str, ...] = get_args(CompactionMode)

@@ -40,6 +40,10 @@ class Usage:
     hint: str | None = None
     calibration: float | None = None
     reported_tokens: int | None = None
+    cache_hit_rate: float | None = None
+    """*Extension*: cacheRead / (input + cacheRead + cacheWrite) of the last context/reportUsage."""
+    cache_hit_rate_smoothed: float | None = None
+    """*Extension*: the same, exponentially smoothed over this process's reports."""
 
 
 @attrs.define
@@ -76,6 +80,8 @@ class AssembleParams:
     """*extension*: include assistant messages' stored ``reasoning`` (thinking) in the messages; default false."""
     tools: bool | None = None
     """*Extension*: also return the memory tools' definitions for the model."""
+    since: str | None = None
+    """*Extension*: the ``revision`` of the client's previous reply, to get only what changed."""
 
 
 @attrs.define
@@ -97,6 +103,16 @@ class AssembleResult:
     over_budget: bool
     usage: Usage
     tools: list[dict[str, Any]] | None = None
+    revision: str | None = None
+    """*Extension*: names this prompt, for a later ``since``."""
+    stable_prefix: int | None = None
+    """*Extension*: leading messages unchanged since the session's previous assemble."""
+    cache_breakpoints: list[int] | None = None
+    """*Extension*: at most 4 message indexes (of the whole prompt) to put provider cache markers after."""
+    delta: bool | None = None
+    """*Extension*, with ``since``: true when ``messages``/``items`` only hold what to append after ``keep``."""
+    keep: int | None = None
+    """*Extension*, when ``delta``: leading messages of the previous prompt to keep."""
 
 
 @attrs.define
@@ -328,6 +344,18 @@ class DidCompactParams:
     summary_ids: list[str]
     tokens_before: int
     tokens_after: int
+    tokens_rewritten: int | None = None
+    """*Extension*: prompt tokens from the first changed message on (a provider cache miss)."""
+
+
+@attrs.define
+class DidPruneParams:
+    """*Extension*: a prune step replaced these tool outputs by placeholders, for good."""
+
+    session_id: str
+    ids: list[str]
+    tokens_saved: int
+    tokens_rewritten: int
 
 
 @attrs.define

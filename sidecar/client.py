@@ -33,6 +33,7 @@ DID_CHANGE_CONFIGURATION = "workspace/didChangeConfiguration"
 NOTIFICATION_TYPES: dict[str, type] = {
     methods.CONTEXT_DID_CHANGE_USAGE: t.Usage,
     methods.CONTEXT_DID_COMPACT: t.DidCompactParams,
+    methods.CONTEXT_DID_PRUNE: t.DidPruneParams,
 }
 STREAM_LIMIT = 1 << 20
 READ_SIZE = 1 << 16
@@ -80,6 +81,8 @@ class SidecarClient:
         self._callbacks: dict[str, list[Callback]] = {}
         self._waiters: list[tuple[str, Callable[[Any], bool] | None, asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._kept: dict[str, t.AssembleResult] = {}
+        """Per session: the prompt as last assembled by ``assemble_kept``."""
         self._closed: SidecarConnectionLost | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -244,9 +247,10 @@ class SidecarClient:
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
                        prune: bool | None = None, reasoning: bool | None = None,
-                       tools: bool | None = None) -> t.AssembleResult:
-        """context/assemble: the messages for the next LLM call (and, with ``tools``, the memory tools)."""
-        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning=reasoning, tools=tools)
+                       tools: bool | None = None, since: str | None = None) -> t.AssembleResult:
+        """context/assemble: the messages for the next LLM call (and, with ``tools``, the memory tools; with
+        ``since``, perhaps only what to append)."""
+        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning=reasoning, tools=tools, since=since)
         result = await self._call(methods.CONTEXT_ASSEMBLE, params, t.AssembleResult)
         if result.tools is not None:
             self._tools = result.tools
@@ -263,6 +267,24 @@ class SidecarClient:
         """memory/callTool: run a memory tool call of the model; returns the ``tool`` message to append."""
         params = t.CallToolParams(session_id, name, arguments, tool_call_id)
         return (await self._call(methods.MEMORY_CALL_TOOL, params, t.CallToolResult)).message
+
+    async def assemble_kept(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
+                            prune: bool | None = None) -> t.AssembleResult:
+        """context/assemble that keeps the previous prompt and asks for a delta: the whole prompt, sent in part.
+
+        The result's ``messages`` and ``items`` are always the whole prompt; ``delta``/``keep`` say what travelled.
+        """
+        kept = self._kept.get(session_id)
+        result = await self.assemble(session_id, budget, fresh_tail, prune, since=kept.revision if kept else None)
+        if result.delta and kept is not None:
+            keep = result.keep or 0
+            result.messages = kept.messages[:keep] + result.messages
+            result.items = kept.items[:keep] + result.items
+        if result.revision is not None:
+            self._kept[session_id] = t.AssembleResult(result.messages, result.items, result.tokens, result.dropped,
+                                                      result.over_budget, result.usage,
+                                                      revision=result.revision)
+        return result
 
     async def compact(self, session_id: str, mode: t.CompactionMode | None = None, focus: str | None = None,
                       work_done_token: int | str | None = None) -> t.CompactResult:
@@ -338,6 +360,11 @@ class SidecarClient:
         """Call ``callback(DidCompactParams)`` on every context/didCompact."""
         self.on_notification(methods.CONTEXT_DID_COMPACT,
                              lambda params: callback(structure(params, t.DidCompactParams)))
+
+    def on_prune(self, callback: Callable[[t.DidPruneParams], Awaitable[None] | None]) -> None:
+        """Call ``callback(DidPruneParams)`` on every context/didPrune (*extension*)."""
+        self.on_notification(methods.CONTEXT_DID_PRUNE,
+                             lambda params: callback(structure(params, t.DidPruneParams)))
 
     def on_progress(self, callback: Callback) -> None:
         """Call ``callback({token, value})`` on every ``$/progress``."""

@@ -71,6 +71,7 @@ def make_client() -> LanguageClient:
     )
     client.usage_events = []  # type: ignore[attr-defined]
     client.compact_events = []  # type: ignore[attr-defined]
+    client.prune_events = []  # type: ignore[attr-defined]
 
     @client.feature(methods.CONTEXT_DID_CHANGE_USAGE)
     def on_usage(params: Any) -> None:
@@ -79,6 +80,10 @@ def make_client() -> LanguageClient:
     @client.feature(methods.CONTEXT_DID_COMPACT)
     def on_compact(params: Any) -> None:
         client.compact_events.append(params)  # type: ignore[attr-defined]
+
+    @client.feature(methods.CONTEXT_DID_PRUNE)
+    def on_prune(params: Any) -> None:
+        client.prune_events.append(params)  # type: ignore[attr-defined]
 
     return client
 

@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import methods
-from sidecar.engine.assembly import PruneRule, assemble, is_prunable, plan_window, prune_candidates
+from sidecar.engine.assembly import (
+    DROP_SHARE,
+    PruneRule,
+    assemble,
+    is_prunable,
+    plan_window,
+    prune_candidates,
+    prune_step,
+)
 from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest
 from tests.helpers.openai_checks import assert_valid_openai_sequence
@@ -125,10 +133,9 @@ def test_assemble_agrees_with_the_plain_reference(items, budget, fresh_tail, dat
     assert plan.pruned == pruned & set(positions)
 
 
-def _reference_pruning(items, rule, older_prunable_tokens, factor):
-    """PROTOCOL.md's rule written plainly: outputs older than the protected window, when together worth it."""
-    positions, total = prune_candidates(items, rule, factor)
-    return frozenset(positions) if (total + older_prunable_tokens) * factor > rule.minimum_tokens else frozenset()
+def _reference_pruning(items, rule, frontier):
+    """Persisted pruning written plainly: every prunable output up to the frontier."""
+    return frozenset(item.position for item in items if item.position <= frontier and is_prunable(item, rule))
 
 
 def _calibrated(items, factor):
@@ -137,16 +144,16 @@ def _calibrated(items, factor):
 
 @settings(max_examples=400, deadline=None)
 @given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8),
-       protect=st.integers(0, 1500), minimum=st.integers(0, 1500), older=st.integers(0, 2000),
+       protect=st.integers(0, 1500), minimum=st.integers(0, 1500), frontier=st.integers(0, 60),
        factor=st.sampled_from([1.0, 0.6, 1.7]), prune=st.booleans())
 def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget, fresh_tail, protect, minimum,
-                                                                   older, factor, prune):
+                                                                   frontier, factor, prune):
+    # Pruning is a persisted frontier now (issue 12), no longer decided on each call: the window gets it as is.
     rule = PruneRule(protect, minimum, frozenset({"skill"}), 7) if prune else None
-    in_items = sum(item.tokens for item in items if rule and is_prunable(item, rule))
-    pruned = _reference_pruning(items, rule, older, factor) if rule else frozenset()
+    pruned = _reference_pruning(items, rule, frontier) if rule else frozenset()
     whole = assemble(_calibrated(items, factor), budget, fresh_tail, pruned, 7)
 
-    window = plan_window(items, budget, fresh_tail, rule, older + in_items, factor)
+    window = plan_window(items, budget, fresh_tail, rule, frontier, factor)
     part = assemble(_calibrated(items[window.start:], factor), budget, fresh_tail, window.pruned, 7)
 
     assert [i.position for i in part.chosen] == [i.position for i in whole.chosen]
@@ -245,3 +252,88 @@ async def test_default_budget_is_window_minus_reserve(sidecar):
     result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "freshTail": 0})
     assert result["tokens"] <= 20000 - 8192
     assert result["dropped"] > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=contexts(), protect=st.integers(0, 800), minimum=st.integers(0, 800),
+       factor=st.sampled_from([1.0, 0.6, 1.7]))
+def test_prune_steps_only_advance_and_each_clears_the_minimum(items, protect, minimum, factor):
+    """Items arrive one by one; each assemble takes a step when due: pruned stays pruned, steps are worth it."""
+    rule = PruneRule(protect, minimum, frozenset({"skill"}), 7)
+    frontier = pruned_count = pruned_tokens = 0
+    pruned: set[int] = set()
+    for end in range(1, len(items) + 1):
+        seen = items[:end]
+        prunable = [item for item in seen if is_prunable(item, rule)]
+        step = prune_step(seen, rule, factor, frontier, len(prunable), sum(i.tokens for i in prunable),
+                          pruned_count, pruned_tokens)
+        if step is None or not step.advanced:
+            continue
+        newly = {i.position for i in prunable if frontier < i.position <= step.frontier}
+        assert step.frontier > frontier
+        assert step.count == len(newly) and step.tokens == sum(i.tokens for i in prunable if i.position in newly)
+        assert step.tokens * factor > minimum, "a step clears more than minimumTokens"
+        candidates, _ = prune_candidates(seen, rule, factor)
+        assert newly <= set(candidates) | pruned, "only outputs older than the protected window"
+        frontier, pruned_count, pruned_tokens = step.frontier, pruned_count + step.count, pruned_tokens + step.tokens
+        assert not pruned & newly
+        pruned |= newly
+    assert pruned == {i.position for i in items if i.position <= frontier and is_prunable(i, rule)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8), data=st.data())
+def test_an_anchored_fill_only_grows_until_it_must_drop_a_share(items, budget, fresh_tail, data):
+    """Appending keeps the previous fill as a prefix; when it cannot, DROP_SHARE of the budget is freed."""
+    cut = data.draw(st.integers(0, len(items)))
+    before = assemble(items[:cut], budget, fresh_tail)
+    if not before.chosen or before.over_budget:
+        return
+    after = assemble(items, budget, fresh_tail, anchor=before.start)
+    old = [item.position for item in before.chosen]
+    new = [item.position for item in after.chosen]
+    if after.over_budget:
+        return
+    assert after.tokens <= budget
+    if new[:len(old)] != old:
+        tail = assemble(items, 0, fresh_tail)
+        assert after.tokens <= math.floor(budget * (1 - DROP_SHARE)) or new == [i.position for i in tail.chosen]
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=contexts(), budget=st.integers(0, 3000), fresh_tail=st.integers(0, 8), data=st.data())
+def test_anchored_items_are_always_chosen_and_the_fill_anchor_still_only_grows(items, budget, fresh_tail, data):
+    """Pinned units and system messages (leading) are always chosen; the fill anchor keeps the rest a prefix."""
+    items = [FakeItem(0, "message", "system", data.draw(st.integers(1, 300))), *items]
+    pinned = data.draw(st.sets(st.sampled_from([i.position for i in items if i.role != "tool"])))
+    anchored = frozenset(pinned | {0})
+    first = frozenset({0})
+    cut = data.draw(st.integers(1, len(items)))
+    before = assemble(items[:cut], budget, fresh_tail, anchored=anchored, first=first)
+    after = assemble(items, budget, fresh_tail, anchored=anchored, first=first, anchor=before.start)
+    for plan, offered in ((before, items[:cut]), (after, items)):
+        chosen = [item.position for item in plan.chosen]
+        assert chosen[0] == 0, "the system message leads"
+        assert anchored & {item.position for item in offered} <= set(chosen), "anchored items are always chosen"
+        assert plan.over_budget or plan.tokens <= budget
+    if before.over_budget or after.over_budget:
+        return
+    old = [item.position for item in before.chosen]
+    new = [item.position for item in after.chosen]
+    if new[:len(old)] != old:
+        tail = assemble(items, 0, fresh_tail, anchored=anchored, first=first)
+        assert after.tokens <= math.floor(budget * (1 - DROP_SHARE)) or new == [i.position for i in tail.chosen]
+
+
+
+def test_the_fill_anchor_keeps_anchored_items_before_it_and_system_messages_lead():
+    """A fill kept at its anchor still sends the pinned and system items older than it, the system one first."""
+    items = [FakeItem(position, "message", "user" if position % 2 else "assistant", 100) for position in range(1, 11)]
+    items[3] = FakeItem(4, "message", "system", 50)  # a system message that came later
+    anchored, first = frozenset({2, 4}), frozenset({4})
+    before = assemble(items, 460, 2, anchored=anchored, first=first)
+    assert [item.position for item in before.chosen] == [4, 2, 8, 9, 10] and before.start == 8
+    grown = [*items, FakeItem(11, "message", "user", 10)]
+    after = assemble(grown, 460, 2, anchored=anchored, first=first, anchor=before.start)
+    assert [item.position for item in after.chosen] == [4, 2, 8, 9, 10, 11], "only appended"
+    assert after.start == 8 and after.tokens == before.tokens + 10 == 460

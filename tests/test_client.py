@@ -276,3 +276,19 @@ async def test_cancelling_a_running_compaction_task_leaves_the_session_unchanged
             after = await client.assemble("s", prune=False)
             assert [i.id for i in after.items] == [i.id for i in before.items]
             assert (await client.usage("s")).summaries == 0
+
+
+async def test_assemble_kept_applies_deltas_to_the_kept_prompt(client: SidecarClient) -> None:
+    await client.ingest("k", TURN)
+    first = await client.assemble_kept("k")
+    assert not first.delta and len(first.messages) == 5
+    for number in range(3):
+        await client.ingest("k", [{"role": "user", "content": f"and then {number}", "id": f"n{number}"}])
+        kept = await client.assemble_kept("k")
+        assert kept.delta is True and kept.keep == 5 + number
+        whole = await client.assemble("k")  # a plain reply; the server's previous prompt is now this one
+        assert (kept.messages, kept.items, kept.tokens) == (whole.messages, whole.items, whole.tokens)
+        client._kept["k"].revision = whole.revision  # the same prompt, so a delta against it is as good
+    other = await client.assemble_kept("k", budget=10, fresh_tail=1)  # the fill drops old items: not a delta
+    # The system message is always sent (pinned context); the fill drops the rest but the newest.
+    assert other.delta is False and [item.id for item in other.items] == ["sys", "n2"]

@@ -125,6 +125,9 @@ class CompactionSettings:
     hook_timeout_seconds: float = attrs.field(default=10.0, validator=between(0.1, 3_600))
     """How long ``context/willCompact`` may go unanswered before the compaction proceeds."""
 
+    min_savings: float = attrs.field(default=0.10, validator=between(0.0, 1.0))
+    """A compaction saving less than this share of the context is skipped: its rewrite would not pay."""
+
 
 @attrs.define(frozen=True)
 class PruneSettings:

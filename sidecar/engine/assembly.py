@@ -13,6 +13,8 @@ from typing import Protocol
 import attrs
 
 PRUNED_PLACEHOLDER = "[Old tool result content cleared]"
+DROP_SHARE = 0.2
+"""When the budget forces old items out, the fill frees this share of it, so the next turns only append again."""
 
 
 class Item(Protocol):
@@ -50,6 +52,9 @@ class Assembly:
     exhausted: bool
     """Every given item fit: the caller may have older items to offer."""
 
+    start: int | None = None
+    """Position where the budget fill starts (anchored items before it are chosen too): the next fill's anchor."""
+
 
 @attrs.define(frozen=True)
 class PruneRule:
@@ -59,18 +64,68 @@ class PruneRule:
     placeholder_tokens: int
 
 
-def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0,
-                     keep: frozenset[int] = frozenset()) -> tuple[list[int], int]:
-    """Tool outputs older than the protected window that may be pruned: (positions, their raw tokens).
+@attrs.define(frozen=True)
+class PruneStep:
+    """Where pruning stands: outputs at positions up to ``frontier`` are pruned; ``count``/``tokens`` newly."""
 
-    ``items`` are chronological, with raw estimates; ``factor`` (the calibration) scales them to
-    provider tokens, in which the newest ``protect_tokens`` are protected. ``keep`` positions are anchored.
+    frontier: int
+    count: int = 0
+    tokens: int = 0
+    """Raw tokens of the outputs this step puts behind the frontier (0 when it stays), anchored ones included:
+    the session's stored totals count every prunable output up to the frontier."""
+
+    @property
+    def advanced(self) -> bool:
+        """Whether this is a new step, to be persisted."""
+        return self.count > 0
+
+
+def prune_step(items: Sequence[Item], rule: PruneRule, factor: float, frontier: int, all_count: int,
+               all_tokens: int, pruned_count: int, pruned_tokens: int, coalesce: bool = False,
+               keep: Sequence[Item] = ()) -> PruneStep | None:
+    """RFC 007's step: prune every output older than the protected window once the newly prunable ones exceed
+    ``minimumTokens`` (any amount when ``coalesce``: a compaction rewrites the prompt anyway).
+
+    ``items`` are the newest items, covering ``protect_tokens``; ``all_*`` total every prunable output of the
+    context, ``pruned_*`` those already pruned (at positions up to ``frontier``), all in raw tokens. ``keep`` are
+    the prunable outputs that are anchored (pinned): never pruned, so they do not make a step worth it. None when
+    ``items`` end inside the protected window: the caller passes more, or all there is.
+    """
+    newer = 0.0
+    protected_count = protected_tokens = 0
+    for item in reversed(items):
+        if newer >= rule.protect_tokens:
+            boundary = item.position
+            break
+        if item.position > frontier and is_prunable(item, rule):
+            protected_count += 1
+            protected_tokens += item.tokens
+        newer += item.tokens * factor
+    else:
+        return None
+    count = all_count - pruned_count - protected_count
+    tokens = all_tokens - pruned_tokens - protected_tokens
+    kept = [item for item in keep if frontier < item.position <= boundary]
+    saved = tokens - sum(item.tokens for item in kept)
+    if boundary <= frontier or count - len(kept) <= 0 or (not coalesce and saved * factor <= rule.minimum_tokens):
+        return PruneStep(frontier)
+    return PruneStep(boundary, count, tokens)
+
+
+def prune_candidates(items: Sequence[Item], rule: PruneRule, factor: float = 1.0,
+                     frontier: int = 0, keep: frozenset[int] = frozenset()) -> tuple[list[int], int]:
+    """Tool outputs a compaction's coalesced prune step leaves pruned: (positions, their raw tokens).
+
+    Those older than the protected window (its newest ``protect_tokens``, calibrated by ``factor``) and those
+    already under the ``frontier``; ``items`` are the whole context, chronological, with raw estimates.
+    Outputs at ``keep`` positions (anchored) never are.
     """
     newer = 0.0
     positions: list[int] = []
     total = 0
     for item in reversed(items):
-        if newer >= rule.protect_tokens and is_prunable(item, rule) and item.position not in keep:
+        if (newer >= rule.protect_tokens or item.position <= frontier) and is_prunable(item, rule) \
+                and item.position not in keep:
             positions.append(item.position)
             total += item.tokens
         newer += item.tokens * factor
@@ -92,20 +147,22 @@ def is_prunable_output(role: str, tokens: int, tool_name: str | None, rule: Prun
     return not (set(names.split(",")) & rule.protected_tools)
 
 
-def context_total(items: Sequence[Item], rule: PruneRule | None, factor: float = 1.0) -> int:
-    """Tokens of a whole context as assembled with no budget: calibrated, and pruned when ``rule`` is given."""
+def context_total(items: Sequence[Item], rule: PruneRule | None, factor: float = 1.0, frontier: int = 0,
+                  keep: frozenset[int] = frozenset()) -> int:
+    """Tokens of a whole context as a compaction leaves it: calibrated, and pruned (coalesced) when ``rule`` is
+    given."""
     total = math.ceil(sum(item.tokens for item in items) * factor)
     if rule is None:
         return total
-    positions, tokens = prune_candidates(items, rule, factor)
+    positions, tokens = prune_candidates(items, rule, factor, frontier, keep)
     return pruned_total(total, len(positions), tokens, rule, factor)
 
 
-def pruned_total(total: int, candidates: int, candidate_tokens: int, rule: PruneRule, factor: float) -> int:
-    """A calibrated ``total`` with its prune candidates (raw tokens) swapped for placeholders, if they qualify."""
-    if candidate_tokens * factor > rule.minimum_tokens:
-        return total - (math.ceil(candidate_tokens * factor) - candidates * rule.placeholder_tokens)
-    return total
+def pruned_total(total: int, count: int, tokens: int, rule: PruneRule, factor: float) -> int:
+    """A calibrated ``total`` with ``count`` pruned outputs of ``tokens`` (raw) swapped for placeholders."""
+    if not count:
+        return total
+    return total - (math.ceil(tokens * factor) - count * rule.placeholder_tokens)
 
 
 ORPHAN_AFTER = 256
@@ -127,19 +184,18 @@ class Window:
 
 
 def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: PruneRule | None,
-                all_prunable_tokens: int = 0, factor: float = 1.0, keep: frozenset[int] = frozenset()) -> Window:
-    """One backward scan: decide pruning (PROTOCOL.md's rule) and stop once the budget is surely spent.
+                frontier: int = 0, factor: float = 1.0, keep: frozenset[int] = frozenset()) -> Window:
+    """One backward scan: mark the pruned outputs (those up to the prune ``frontier``) and stop once the budget
+    is surely spent.
 
-    ``items`` are a chronological suffix of the context with raw estimates, ``all_prunable_tokens`` the raw
-    tokens of every prunable output in the whole context. The window ends at a unit boundary past the
-    budget and the fresh tail, so the fill stops inside it; a tool result whose call is not met within
-    ``ORPHAN_AFTER`` items is taken for an orphan. Outputs at ``keep`` positions (anchored) are never pruned.
+    ``items`` are a chronological suffix of the context with raw estimates. The window ends at a unit boundary
+    past the budget and the fresh tail, so the fill stops inside it; a tool result whose call is not met within
+    ``ORPHAN_AFTER`` items is taken for an orphan. Outputs at ``keep`` positions (anchored) are never pruned,
+    even behind the frontier.
     """
-    newer = 0.0
-    protected_prunable = 0
-    decided = rule is None
-    prune = False
     placeholder = rule.placeholder_tokens if rule is not None else 0
+    if rule is None:
+        frontier = -1
     cost = 0
     messages = 0
     pending: dict[str, tuple[int, int, int]] = {}  # results whose call is not met yet: id -> (index, cost, count)
@@ -149,18 +205,11 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
     for index in range(len(items) - 1, -1, -1):
         item = items[index]
         tokens = item.tokens
-        if not decided and newer >= rule.protect_tokens:  # type: ignore[union-attr]
-            decided = True
-            prune = (all_prunable_tokens - protected_prunable) * factor > rule.minimum_tokens  # type: ignore[union-attr]
-        newer += tokens * factor
         is_tool = item.role == "tool" and item.kind == "message"
-        if is_tool and rule is not None and is_prunable_output("tool", tokens, item.tool_name, rule) \
-                and not (keep and item.position in keep):
-            if not decided:
-                protected_prunable += tokens
-            elif prune:
-                pruned.append(item.position)
-                tokens = -1
+        if is_tool and item.position <= frontier and not (keep and item.position in keep) and \
+                is_prunable_output("tool", tokens, item.tool_name, rule):  # type: ignore[arg-type]
+            pruned.append(item.position)
+            tokens = -1
         added = placeholder if tokens < 0 else (math.ceil(tokens * factor) if calibrate else tokens)
         cost += added
         if item.kind == "message":
@@ -193,13 +242,16 @@ def assemble(
     placeholder_tokens: int = 0,
     anchored: frozenset[int] = frozenset(),
     first: frozenset[int] = frozenset(),
+    anchor: int | None = None,
 ) -> Assembly:
     """Anchored units and the fresh tail first, then older units newest first while they fit; never splits a
     tool call from its results.
 
     ``items`` are chronological. A unit is a message or summary with the tool results answering its calls;
     orphan tool outputs (no call among the items) are never chosen. A unit holding an ``anchored`` position
-    is always chosen; items at ``first`` positions (system messages) lead the chosen list.
+    is always chosen; items at ``first`` positions (system messages) lead the chosen list. ``anchor`` (where
+    the previous fill started) keeps the fill's start where it was while everything from there fits, so the
+    prompt only grows; once it does not, older units go until ``DROP_SHARE`` of the budget is free again.
     """
     units: list[list[int]] = []
     costs: list[int] = []
@@ -237,6 +289,14 @@ def assemble(
     over_budget = tokens > budget
     exhausted = not over_budget
     first_chosen = tail_start
+    if not over_budget and anchor is not None and units:
+        start = next((u for u, unit in enumerate(units) if items[unit[0]].position >= anchor), len(units))
+        if start <= tail_start:
+            kept = tokens + sum(costs[u] for u in range(start, tail_start) if u not in forced)
+            if kept <= budget:
+                return _assembly(items, units, start, kept, False, forced.issuperset(range(start)), pruned,
+                                 forced, first)
+            budget = math.floor(budget * (1 - DROP_SHARE))
     if not over_budget:
         for u in range(tail_start - 1, -1, -1):
             if u in forced:
@@ -247,7 +307,14 @@ def assemble(
                 break
             tokens += costs[u]
             first_chosen = u
+    return _assembly(items, units, first_chosen, tokens, over_budget, exhausted, pruned, forced, first)
 
+
+def _assembly(items: Sequence[Item], units: list[list[int]], first_chosen: int, tokens: int, over_budget: bool,
+              exhausted: bool, pruned: frozenset[int] = frozenset(), forced: set[int] | frozenset[int] = frozenset(),
+              first: frozenset[int] = frozenset()) -> Assembly:
+    """The Assembly of the units from ``first_chosen`` on and the ``forced`` (anchored) ones before it, the items
+    at ``first`` positions leading."""
     indexes = [i for unit in units[first_chosen:] for i in unit]
     indexes += [i for u in forced if u < first_chosen for i in units[u]]
     chosen = [items[i] for i in sorted(indexes)]
@@ -262,6 +329,7 @@ def assemble(
         tokens=tokens,
         over_budget=over_budget,
         exhausted=exhausted,
+        start=items[units[first_chosen][0]].position if first_chosen < len(units) else None,
     )
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
-from protocol.types import AssembleParams, ReportUsageParams, Usage, UsageParams
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, plan_window
-from sidecar.engine.messages import openai_view
+from protocol import methods
+from protocol.types import AssembleParams, DidPruneParams, ReportUsageParams, Usage, UsageParams
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
+from sidecar.engine.messages import item_head, openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.services.errors import invalid_params
 from sidecar.services.memory import iso
+from sidecar.services.prompt import Prompt, leading_breakpoints
 from sidecar.services.state import PLACEHOLDER_TOKENS, Sidecar
 from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
 from sidecar.wire import RawJSON, dumps, unstructure, utf8
@@ -23,6 +26,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API.
 
     Returned as the JSON text of an ``AssembleResult``: messages are spliced in as rendered once and kept.
+    With ``since`` naming the session's previous reply, and that prompt unchanged but for messages added at its
+    end, only those come back (``delta``); otherwise the whole prompt, with ``delta: false``.
     """
     session = sidecar.session(params.session_id)
     compaction = sidecar.settings.compaction
@@ -34,38 +39,153 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
-    plan = choose_items(sidecar, session, budget, fresh_tail, prune)
-    messages, items = render(sidecar, session, plan, bool(params.reasoning))
-    sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
-    rest = {"tokens": plan.tokens, "dropped": session.context_count - len(items),
-            "overBudget": plan.over_budget, "usage": unstructure(sidecar.usage(session))}
+    reasoning = bool(params.reasoning)
     tools = b""
     if params.tools:
         from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
 
         tools = b'"tools":' + utf8(DEFINITIONS_JSON) + b","
+    previous: Prompt | None = sidecar.prompts.get(session.session_id)
+    key = (budget, fresh_tail, prune, reasoning)
+    stepped_from: int | None = None
+    if prune:
+        step = sidecar.prune_state(session)
+        session = sidecar.session(session.session_id)  # prune_state may have recounted the totals
+        if step.advanced:
+            stepped_from = session.pruned_upto
+            session = sidecar.store().advance_prune(session.session_id, step.frontier, step.count,
+                                                    step.tokens) or session
+    anchors = sidecar.store().anchors(session)
+    same = previous is not None and previous.holds(key, session, sidecar.settings, anchors)
+    if same and params.since is not None and params.since == previous.revision:  # type: ignore[union-attr]
+        fast = _appended(sidecar, session, previous, budget, reasoning, tools)  # type: ignore[arg-type]
+        if fast is not None:
+            return fast
+    plan, needed = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
+                                previous.anchor if previous is not None
+                                and previous.anchors(key, session, sidecar.settings) else None)
+    messages, items, rows = render(sidecar, session, plan, reasoning)
+    raw_tokens = {item.position: item.tokens for item in needed} if needed is not plan.chosen else None
+    sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
+    stable = previous.common_prefix(messages) if previous is not None else 0
+    anchor = plan.start  # where the fill starts: system and pinned messages before it are always sent anyway
+    revision = sidecar.next_revision()
+    prompt = Prompt(revision, key, messages, anchor, session.summary_count, session.pruned_upto, sidecar.settings,
+                    session.calibration, session.last_position, plan.tokens, plan.over_budget,
+                    leading_breakpoints(rows), [-1 if row.position in plan.pruned else
+                                                raw_tokens[row.position] if raw_tokens else row.tokens for row in rows],
+                    session.revision, anchors.positions)
+    keep_prompt(sidecar, session.session_id, prompt)
+    rest: dict[str, Any] = {
+        "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
+        "usage": unstructure(sidecar.usage(session)), "revision": revision, "stablePrefix": stable,
+        "cacheBreakpoints": prompt.breakpoints(stable)}
+    if stepped_from is not None:
+        announce_prune(sidecar, session, stepped_from, session.pruned_upto, plan, anchors.positions)
+    if params.since is not None:
+        # Not after a rewrite (a prune step, a compaction, a pin, another fill, other settings): the whole prompt.
+        rest["delta"] = same and params.since == previous.revision and anchor == previous.anchor  # type: ignore
+        if rest["delta"]:
+            rest["keep"] = stable
+            messages, items = messages[stable:], items[stable:]
+    return _reply(messages, items, rest, tools)
+
+
+MAX_PROMPTS = 16
+"""Sessions whose previous prompt is kept (their messages are held, not copied): the most recently assembled."""
+
+
+def keep_prompt(sidecar: Sidecar, session_id: str, prompt: Prompt) -> None:
+    """Remember a session's prompt, forgetting the least recently assembled beyond MAX_PROMPTS."""
+    sidecar.prompts.pop(session_id, None)
+    sidecar.prompts[session_id] = prompt
+    while len(sidecar.prompts) > MAX_PROMPTS:
+        del sidecar.prompts[next(iter(sidecar.prompts))]
+
+
+def _reply(messages: list[bytes], items: list[str], rest: dict[str, Any], tools: bytes = b"") -> RawJSON:
+    """The JSON text of an AssembleResult (``tools``: the ``"tools":[...],`` member, or nothing)."""
     return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
                              tools, utf8(dumps(rest)[1:]))))
 
 
-def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, prune: bool) -> Assembly:
-    """Read newest items until they surely cover the budget, then decide pruning and the fill.
+def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: int, reasoning: bool = False,
+              tools: bytes = b"") -> RawJSON | None:
+    """The delta reply when only whole units were appended since ``previous`` and they fit: the prompt's previous
+    messages stay as they are, so only the new ones are read and rendered; None when the full path must decide."""
+    if previous.over_budget or previous.last_position is None or session.last_position is None:
+        return None
+    if previous.calibration != session.calibration:  # a usage report since: the same messages, other figures
+        previous.recalibrate(session.calibration, sidecar.prune_rule().placeholder_tokens)
+    new = sidecar.store().items_after(session, previous.last_position)
+    if session.revision - previous.session_revision != len(new):
+        return None  # something else changed the context too
+    calls = {call for item in new for call in item.tool_call_ids or ()}
+    results = {item.tool_call_id for item in new if item.role == "tool" and item.kind == "message"}
+    if results != calls:  # a result of an older call, or a call not answered yet: older messages would change
+        return None
+    if any(item.role == "system" for item in new):
+        return None  # system messages lead the prompt: a new one is not appended at its end
+    chosen = sidecar.calibrated(new, session)
+    tokens = previous.tokens + sum(item.tokens for item in chosen)
+    if tokens > budget:
+        return None  # the fill must move
+    plan = Assembly(chosen=chosen, pruned=frozenset(), answered={}, tokens=tokens, over_budget=False,  # type: ignore
+                    exhausted=False)
+    messages, items, rows = render(sidecar, session, plan, reasoning)
+    raw = {item.position: item.tokens for item in new}
+    keep = len(previous.messages)
+    previous.messages.extend(messages)
+    previous.raw.extend(raw[row.position] for row in rows)
+    previous.tokens, previous.last_position = tokens, session.last_position
+    previous.session_revision = session.revision
+    previous.pins = sidecar.store().anchors(session).positions  # pinned messages among the new ones
+    keep_prompt(sidecar, session.session_id, previous)
+    previous.revision = sidecar.next_revision()
+    sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
+    rest = {"tokens": tokens, "dropped": session.context_count - len(previous.messages), "overBudget": False,
+            "usage": unstructure(sidecar.usage(session)), "revision": previous.revision, "stablePrefix": keep,
+            "cacheBreakpoints": previous.breakpoints(keep), "delta": True, "keep": keep}
+    return _reply(messages, items, rest, tools)
 
-    Older items than those read enter the pruning decision through the session's running totals.
+
+def announce_prune(sidecar: Sidecar, session: SessionRow, after: int, upto: int, plan: Assembly,
+                   anchored: frozenset[int] = frozenset()) -> None:
+    """context/didPrune for the step that pruned the outputs in (after, upto], but the ``anchored`` (pinned) ones."""
+    rule = sidecar.prune_rule()
+    newly = [item for item in sidecar.store().items(session, after, upto)
+             if is_prunable(item, rule) and item.position not in anchored]
+    if not newly:
+        return
+    factor = session.calibration
+    saved = sum(math.ceil(item.tokens * factor) for item in newly) - len(newly) * rule.placeholder_tokens
+    first = newly[0].position
+    rewritten = sum(rule.placeholder_tokens if item.position in plan.pruned else item.tokens
+                    for item in plan.chosen if item.position >= first)
+    sidecar.notify(methods.CONTEXT_DID_PRUNE, unstructure(DidPruneParams(
+        session_id=session.session_id, ids=[item.ref_id for item in newly], tokens_saved=saved,
+        tokens_rewritten=rewritten)))
+
+
+def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail: int, frontier: int | None,
+                 anchor: int | None = None) -> tuple[Assembly, list[ItemRow]]:
+    """Read newest items until they surely cover the budget, then mark the pruned ones and fill; also returns the
+    raw items it chose from (``chosen`` itself when the calibration changes no figure).
+
+    ``frontier`` is the prune frontier (None: no pruning); ``anchor`` where the previous fill started.
     """
     store = sidecar.store()
-    rule = sidecar.prune_rule() if prune else None
+    rule = sidecar.prune_rule() if frontier is not None else None
     factor = session.calibration
     want = math.ceil(budget / factor)
     if rule is not None and session.context_tokens:
         # Pruned outputs shrink to placeholders, so a budget holds more items: read for that at once.
         share = min(session.prunable_tokens / session.context_tokens, 0.9)
         want = math.ceil(want / (1 - share))
-    all_prunable = sidecar.prune_totals(session)[1] if rule is not None else 0
     anchors = store.anchors(session)
     while True:
         raw, complete = store.tail(session, want + 1, fresh_tail + 1)
-        window = plan_window(raw, budget, fresh_tail, rule, all_prunable, factor, anchors.positions)
+        window = plan_window(raw, budget, fresh_tail, rule, frontier or 0, factor, anchors.positions)
         if window.covered or complete:
             needed = raw[window.start:]
             placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
@@ -73,14 +193,16 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
                 # Anchored items older than the window join it: they are always sent, in their place.
                 start = needed[0].position if needed else math.inf
                 needed = [item for item in anchors.items if item.position < start] + needed
-            return assemble(sidecar.calibrated(needed, session), budget, fresh_tail, window.pruned, placeholder,
-                            anchors.positions, anchors.system)
+            calibrated = sidecar.calibrated(needed, session)
+            plan = assemble(calibrated, budget, fresh_tail, window.pruned, placeholder, anchors.positions,
+                            anchors.system, anchor)
+            return plan, (plan.chosen if calibrated is needed else needed)  # type: ignore[return-value]
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
 def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
-           reasoning: bool = False) -> tuple[list[bytes], list[str]]:
-    """The chosen items as OpenAI messages (UTF-8 JSON) and as ``items`` entries (JSON text).
+           reasoning: bool = False) -> tuple[list[bytes], list[str], list[ItemRow]]:
+    """The chosen items as OpenAI messages (UTF-8 JSON), as ``items`` entries (JSON text), and as the rows.
 
     ``reasoning``: messages keep their stored reasoning; those renderings are made afresh, never kept.
     """
@@ -111,8 +233,8 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
     # A call left with no results and no text renders as nothing: drop it and its entry.
     keep = [index for index, text in enumerate(messages) if text]
     if len(keep) != len(messages):
-        messages, items = [messages[i] for i in keep], [items[i] for i in keep]
-    return messages, items
+        messages, items, chosen = [messages[i] for i in keep], [items[i] for i in keep], [chosen[i] for i in keep]
+    return messages, items, chosen
 
 
 def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messages: list[bytes], items: list[str],
@@ -124,7 +246,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
         message = openai_view(raws[item.position], reasoning)
         if pruned:
             message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
-        head = f'{{"kind":"message","id":{dumps(item.ref_id)},"tokens":'
+        head = item_head(item.ref_id)
         items[index] = head + items[index]
         if reasoning and item.position not in plan.answered:
             messages[index] = utf8(dumps(message))
@@ -153,6 +275,8 @@ CALIBRATION_SMOOTHING = 0.5
 CALIBRATION_BOUNDS = (0.25, 4.0)
 OVERHEAD_SAMPLES = 8
 """Recent reports a session's prompt overhead is fitted on."""
+CACHE_HIT_SMOOTHING = 0.3
+"""Weight of the newest report in the smoothed cache hit rate."""
 MIN_CALIBRATION_BASIS = 256
 """Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
 
@@ -186,6 +310,11 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
     # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
     # freshly cached prompt only there), so they count: 0 from providers that have no such figure.
+    if prompt > 0:
+        last = counts["cacheReadTokens"] / prompt
+        previous = sidecar.cache_hits.get(session.session_id)
+        smoothed = last if previous is None else CACHE_HIT_SMOOTHING * last + (1 - CACHE_HIT_SMOOTHING) * previous[1]
+        sidecar.cache_hits[session.session_id] = (round(last, 4), smoothed)
     reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))

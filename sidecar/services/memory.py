@@ -55,6 +55,10 @@ def check_session_id(session_id: str) -> None:
         raise invalid_params("sessionId must be a non-empty string of at most 512 characters", "sessionId")
 
 
+PRERENDER_MAX = 16
+"""Ingests of at most this many messages render them for assemble at once; bulk loads do not."""
+
+
 def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     """Store a batch of messages, all or none; ids already stored are not stored again."""
     check_session_id(params.session_id)
@@ -94,11 +98,17 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     rule = sidecar.prune_rule()
     prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
     ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
+    session = sidecar.session(params.session_id)
+    if not duplicates and len(rows) <= PRERENDER_MAX and session.last_position is not None:
+        # An agent's turn: its next assemble (a delta) then renders nothing and reads no row.
+        first = session.last_position - len(rows) + 1
+        for offset, (message_id, row) in enumerate(zip(ids, rows, strict=True)):
+            sidecar.rendered.put_new(first + offset, message_id, row.raw)
     # Results usually follow their calls by one ingest: remembering the calls spares a query per result.
     recent.update(_tool_names(params.messages))
     while len(recent) > RECENT_CALLS:
         del recent[next(iter(recent))]
-    return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(sidecar.session(params.session_id)))
+    return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(session))
 
 
 def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:

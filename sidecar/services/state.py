@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import TYPE_CHECKING
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -15,7 +17,7 @@ from sidecar.config.models import context_window_for
 from sidecar.config.paths import default_storage_path, legacy_workspace_path, workspace_key
 from sidecar.config.settings import Settings
 from sidecar.config.sockets import ShareError, check_owner
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, is_prunable, prune_candidates, pruned_total
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is_prunable, prune_step, pruned_total
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
@@ -41,6 +43,8 @@ class Sidecar:
 
     usage_notifications: bool = True
     compaction_hooks: bool = False
+    notify: Callable[[str, Any], None] = lambda method, params: None
+    """Sends a notification to this connection's client (the server sets it)."""
     _storage: Storage | None = None
     compacting: set[str] = attrs.field(factory=set)
     assembled: dict[str, tuple[int, float]] = attrs.field(factory=dict)
@@ -55,6 +59,15 @@ class Sidecar:
     """Per session, after a failed auto-compaction: (not before this monotonic time, the next delay)."""
     auto_idle_at: dict[str, int] = attrs.field(factory=dict)
     """Per session: context size at which auto-compaction last found nothing to do."""
+    prompts: dict[str, Any] = attrs.field(factory=dict)
+    """Per session: its previous assembled prompt (``sidecar.services.prompt.Prompt``), for stablePrefix and deltas."""
+    cache_hits: dict[str, tuple[float, float]] = attrs.field(factory=dict)
+    """Per session: (last, smoothed) cache hit rate of the provider's reports."""
+    prune_memo: dict[str, tuple[Any, PruneStep]] = attrs.field(factory=dict)
+    """Per session: the last prune state computed, and the revision, frontier, calibration, settings it holds for."""
+    revision_prefix: str = attrs.field(factory=lambda: uuid.uuid4().hex[:8])
+    """Revisions name this sidecar (process, or a host's connection) too, so another's is never taken for ours."""
+    revisions: int = 0
     merge_root: str | None = None
     """A workspace root whose file of earlier versions is to be merged before the store is first used."""
     cwd: str | None = None
@@ -69,7 +82,13 @@ class Sidecar:
         return Sidecar(storage_path=self.storage_path, storage=self._storage, compacting=self.compacting,
                        assembled=self.assembled, recent_calls=self.recent_calls, rendered=self.rendered,
                        auto_backoff=self.auto_backoff, auto_idle_at=self.auto_idle_at,
-                       prompt_samples=self.prompt_samples, owns_storage=False)
+                       prompt_samples=self.prompt_samples, prompts=self.prompts, cache_hits=self.cache_hits,
+                       prune_memo=self.prune_memo, owns_storage=False)
+
+    def next_revision(self) -> str:
+        """A new assemble revision."""
+        self.revisions += 1
+        return f"{self.revision_prefix}-{self.revisions}"
 
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
@@ -146,6 +165,11 @@ class Sidecar:
         """Drop runtime state kept about a session (all sessions when None): on delete or settings change."""
         if session_id is None:
             self.rendered.clear()
+            self.prune_memo.clear()
+        else:  # a session deleted (perhaps made again under its id): its prompt and cache figures are gone
+            self.prompts.pop(session_id, None)
+            self.cache_hits.pop(session_id, None)
+            self.prune_memo.pop(session_id, None)
         for table in (self.assembled, self.recent_calls, self.prompt_samples, self.auto_backoff, self.auto_idle_at):
             if session_id is None:
                 table.clear()
@@ -204,6 +228,41 @@ class Sidecar:
             session = self.session(session.session_id)
         return session.prunable_count, session.prunable_tokens
 
+    def prune_state(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> PruneStep:
+        """The prune frontier as the next assemble uses it: the stored one, or a new step if one is due.
+
+        ``tail`` may pass newest raw items already fetched (covering ``protectTokens``) to save a read.
+        """
+        key = (session.revision, session.pruned_upto, session.calibration, self.settings)
+        memo = self.prune_memo.get(session.session_id)
+        if tail is None and memo is not None and memo[0] == key:
+            return memo[1]  # ingest's usage, assemble and its usage all ask at the same revision
+        step = self._prune_state(session, tail)
+        if tail is None:
+            self.prune_memo[session.session_id] = (key, step)
+        return step
+
+    def _prune_state(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None) -> PruneStep:
+        rule = self.prune_rule()
+        all_count, all_tokens = self.prune_totals(session)
+        session = self.session(session.session_id)  # prune_totals may have recounted
+        if session.last_position is None or (all_tokens - session.pruned_tokens) * session.calibration \
+                <= rule.minimum_tokens:
+            return PruneStep(session.pruned_upto)  # even every unpruned output together is not worth a step
+        factor = session.calibration
+        kept = [item for item in self.store().anchors(session).items if is_prunable(item, rule)]
+        want = math.ceil(rule.protect_tokens / factor) + 1
+        items, complete = tail or self.store().tail(session, want, 1)
+        while True:
+            step = prune_step(items, rule, factor, session.pruned_upto, all_count, all_tokens, session.pruned_count,
+                              session.pruned_tokens, keep=kept)
+            if step is not None:
+                return step
+            if complete:
+                return PruneStep(session.pruned_upto)  # the whole context is protected
+            want = 2 * max(want, sum(item.tokens for item in items))
+            items, complete = self.store().tail(session, want, len(items) + 1)
+
     def estimated_tokens(self, session: SessionRow, prune: bool | None = None,
                          tail: tuple[list[ItemRow], bool] | None = None) -> int:
         """Tokens of the whole current context as assemble would build it with no budget.
@@ -214,16 +273,14 @@ class Sidecar:
         total = math.ceil(session.context_tokens * factor)
         if not (self.settings.prune.enabled if prune is None else prune) or session.last_position is None:
             return total
+        step = self.prune_state(session, tail)
+        session = self.session(session.session_id)
         rule = self.prune_rule()
-        all_count, all_tokens = self.prune_totals(session)
-        if all_tokens * factor <= rule.minimum_tokens:
-            return total  # even every tool output together is not worth pruning
-        items, _ = tail or self.store().tail(session, math.ceil(rule.protect_tokens / factor) + 1, 1)
-        positions, candidate_tokens = prune_candidates(items, rule, factor, self.store().anchors(session).positions)
-        fetched = [item for item in items if is_prunable(item, rule)]
-        count = len(positions) + all_count - len(fetched)
-        tokens = candidate_tokens + all_tokens - sum(item.tokens for item in fetched)
-        return pruned_total(total, count, tokens, rule, factor)
+        # Anchored (pinned) outputs behind the frontier stay whole: the stored totals count them, usage must not.
+        kept = [item for item in self.store().anchors(session).items
+                if item.position <= step.frontier and is_prunable(item, rule)]
+        return pruned_total(total, session.pruned_count + step.count - len(kept),
+                            session.pruned_tokens + step.tokens - sum(item.tokens for item in kept), rule, factor)
 
     def usage(self, session: SessionRow, tail: tuple[list[ItemRow], bool] | None = None) -> Usage:
         """The session's usage figures and state."""
@@ -247,4 +304,6 @@ class Sidecar:
             hint=figures.hint,
             calibration=round(session.calibration, 4),
             reported_tokens=session.reported_tokens,
+            cache_hit_rate=hits[0] if (hits := self.cache_hits.get(session.session_id)) else None,
+            cache_hit_rate_smoothed=round(hits[1], 4) if hits else None,
         )

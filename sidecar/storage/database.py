@@ -361,6 +361,11 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             upto = after
             window *= 4
 
+    def items_after(self, session: SessionRow, position: int) -> list[ItemRow]:
+        """The context items newer than ``position``: from the tail cache when it holds them."""
+        cached = self._tails.after(session.session_id, session.revision, position)
+        return cached if cached is not None else self.items(session, after=position)
+
     def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
         """Verbatim JSON of messages by seq."""
         if not seqs:

@@ -164,16 +164,23 @@ class IngestWrites:
     def _prunable_recount(session_id: str, prune_rule: str) -> tuple[str, list[Any]]:
         """Recount the prunable totals of a session's stored context items under ``prune_rule``."""
         condition, params = prunable_condition(prune_rule)
+        # Pruned totals count live messages too (see SessionRow.pruned_count): those under the frontier.
+        pruned = (f"FROM (SELECT tokens FROM context_items c WHERE c.session_id = sessions.session_id "
+                  f"AND c.kind = 'message' AND c.position <= sessions.pruned_upto AND {condition} "
+                  f"UNION ALL SELECT tokens FROM messages m WHERE m.session_id = sessions.session_id "
+                  f"AND m.seq > sessions.live_after AND m.seq <= sessions.pruned_upto AND {condition})")
         return (
             f"""
             UPDATE sessions SET prunable_rule = ?,
                 prunable_count = (SELECT count(*) FROM context_items c WHERE c.session_id = sessions.session_id
                     AND c.kind = 'message' AND {condition}),
                 prunable_tokens = (SELECT coalesce(sum(tokens), 0) FROM context_items c
-                    WHERE c.session_id = sessions.session_id AND c.kind = 'message' AND {condition})
+                    WHERE c.session_id = sessions.session_id AND c.kind = 'message' AND {condition}),
+                pruned_count = (SELECT count(*) {pruned}),
+                pruned_tokens = (SELECT coalesce(sum(tokens), 0) {pruned})
             WHERE session_id = ?
             """,
-            [prune_rule, *params, *params, session_id],
+            [prune_rule, *params, *params, *params, *params, *params, *params, session_id],
         )
 
     def recount_prunable(self, session_id: str, prune_rule: str) -> None:
@@ -181,6 +188,20 @@ class IngestWrites:
         with self._transaction():
             self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
         self._sessions.pop(session_id, None)
+
+    def advance_prune(self, session_id: str, upto: int, count: int, tokens: int) -> SessionRow | None:
+        """Move the prune frontier forward to ``upto``, ``count`` outputs of ``tokens`` newly pruned: a new revision."""
+        session = self.session(session_id)
+        if session is None or upto <= session.pruned_upto:
+            return session
+        self._statement("UPDATE sessions SET pruned_upto = ?, pruned_count = pruned_count + ?, "
+                        "pruned_tokens = pruned_tokens + ?, revision = revision + 1 WHERE session_id = ?",
+                        [upto, count, tokens, session_id])
+        after = attrs.evolve(session, pruned_upto=upto, pruned_count=session.pruned_count + count,
+                             pruned_tokens=session.pruned_tokens + tokens, revision=session.revision + 1)
+        self._tails.rebase(session_id, session.revision, after.revision)  # the items themselves did not change
+        self._sessions[session_id] = after
+        return after
 
     def tool_names(self, session_id: str, call_ids: Sequence[str], near_position: int | None) -> dict[str, str]:
         """Tool names of recent assistant tool calls by call id, looked up among the newest context items."""

@@ -124,8 +124,10 @@ class LineageQueries:
 
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
                          sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
-                         added: Sequence[tuple[int, str, int]]) -> None:
+                         added: Sequence[tuple[int, str, int]], pruned: tuple[int, int, int] | None = None) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
+
+        ``pruned`` (frontier, count, raw tokens) sets the prune frontier in the same rewrite.
 
         ``sources`` are (summary id, its sources in order as (kind, id)); ``added`` are (position, summary
         id, tokens) of the summary items that take the replaced items' place. Fails, changing nothing, when
@@ -147,6 +149,8 @@ class LineageQueries:
             live_after=session.last_position if session.live_count and session.last_position is not None
             else session.live_after,
             live_count=0)
+        if pruned is not None:
+            after = attrs.evolve(after, pruned_upto=pruned[0], pruned_count=pruned[1], pruned_tokens=pruned[2])
         self._apply(session, after, summaries, sources, replaced, added)
         self._sessions[session_id] = after
         self._anchors.pop(session_id, None)
@@ -214,9 +218,10 @@ class LineageQueries:
                 UPDATE sessions SET
                     message_count = ?, summary_count = ?, context_tokens = ?, context_count = ?,
                     first_position = ?, last_position = ?, revision = ?, prunable_count = ?, prunable_tokens = ?,
-                    live_after = ?, updated_at = ?
+                    live_after = ?, updated_at = ?, pruned_upto = ?, pruned_count = ?, pruned_tokens = ?
                 WHERE session_id = ?
                 """,
                 [after.message_count, after.summary_count, after.context_tokens, after.context_count,
                  after.first_position, after.last_position, after.revision, after.prunable_count,
-                 after.prunable_tokens, after.live_after, now, session_id]).fetchall()
+                 after.prunable_tokens, after.live_after, now, after.pruned_upto, after.pruned_count,
+                 after.pruned_tokens, session_id]).fetchall()

@@ -153,6 +153,16 @@ def m006_session_workspace(db: duckdb.DuckDBPyConnection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN workspace VARCHAR")
 
 
+def m007_prune_frontier(db: duckdb.DuckDBPyConnection) -> None:
+    """Persisted, monotonic pruning: prunable tool outputs at positions up to ``pruned_upto`` stay pruned.
+
+    ``pruned_count``/``pruned_tokens`` total those outputs (raw estimates), so a step needs no scan of old history.
+    """
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_upto BIGINT NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_count BIGINT NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN pruned_tokens BIGINT NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
@@ -160,4 +170,5 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("004_pinned_rules", m004_pinned_rules),
     ("005_message_sources", m005_message_sources),
     ("006_session_workspace", m006_session_workspace),
+    ("007_prune_frontier", m007_prune_frontier),
 ]

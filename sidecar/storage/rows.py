@@ -50,6 +50,11 @@ class SessionRow:
     """Messages with a greater seq are in the context without a context_items row (see Storage.session)."""
     workspace: str | None = None
     """The workspace the session was first stored from (a directory), or None for sessions older than that."""
+    pruned_upto: int = 0
+    """Prune frontier: prunable tool outputs at positions up to this stay pruned (it only moves forward)."""
+    pruned_count: int = 0
+    pruned_tokens: int = 0
+    """Count and raw tokens of the prunable outputs at positions up to ``pruned_upto``, live ones included."""
     live_count: int = 0
     """How many such messages there are; not stored, counted when the session is read."""
 

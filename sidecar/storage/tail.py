@@ -57,6 +57,16 @@ class TailCache:
         entry.served = max(entry.served, len(entry.items) - start)
         return entry.items[start:], entry.complete and start == 0
 
+    def after(self, session_id: str, revision: int, position: int) -> list[ItemRow] | None:
+        """The cached items newer than ``position``; None on a miss or when the entry starts after it."""
+        entry = self._entries.get(session_id)
+        if entry is None or entry.revision != revision or not entry.items:
+            return None
+        if entry.items[0].position > position and not entry.complete:
+            return None
+        start = bisect.bisect_right(entry.items, position, key=lambda item: item.position)
+        return entry.items[start:]
+
     def put(self, session_id: str, revision: int, items: list[ItemRow], complete: bool) -> None:
         """Remember a session's newest items as read at ``revision``."""
         prefix = [0]
@@ -87,6 +97,15 @@ class TailCache:
             entry.prefix = [tokens - base for tokens in entry.prefix[cut:]]
             entry.complete = False
             entry.served = 0
+
+    def rebase(self, session_id: str, revision: int, new_revision: int) -> None:
+        """The context went from ``revision`` to ``new_revision`` with the same items (a prune step)."""
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            if entry.revision == revision:
+                entry.revision = new_revision
+            else:
+                del self._entries[session_id]
 
     def drop(self, session_id: str | None = None) -> None:
         """Forget one session's entry, or all."""

@@ -26,6 +26,7 @@ export const Methods = {
   CONTEXT_REPORT_USAGE: 'context/reportUsage',
   CONTEXT_DID_CHANGE_USAGE: 'context/didChangeUsage',
   CONTEXT_DID_COMPACT: 'context/didCompact',
+  CONTEXT_DID_PRUNE: 'context/didPrune',
   CONTEXT_WILL_COMPACT: 'context/willCompact',
 } as const;
 

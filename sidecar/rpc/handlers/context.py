@@ -13,6 +13,7 @@ from sidecar.wire import unstructure
 
 def setup(server: SidecarServer) -> None:
     """Register the context handlers."""
+    server.sidecar.notify = lambda method, params: server.protocol.notify(method, params)
 
     @server.feature(methods.CONTEXT_ASSEMBLE)
     async def assemble(ls: SidecarServer, params: AssembleParams) -> Any:

@@ -8,6 +8,7 @@ before that leaves the session exactly as it was.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,7 +17,14 @@ from typing import Any
 
 import attrs
 
-from sidecar.engine.assembly import context_total, is_prunable
+from sidecar.engine.assembly import (
+    PruneRule,
+    context_total,
+    is_prunable,
+    prune_candidates,
+    prune_step,
+    pruned_total,
+)
 from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
 from sidecar.engine.files import strip_footer
 from sidecar.engine.footer import carried_footer
@@ -53,6 +61,8 @@ class Outcome:
     calls: int = 0
     db_seconds: float = 0.0
     message_count: int = 0
+    tokens_rewritten: int = 0
+    """Prompt tokens from the first item the rewrite changed on."""
 
 
 @attrs.define
@@ -80,6 +90,10 @@ class Compaction:
         """The context as read, before any replacement."""
         self.loaded_items: list[ItemRow] = []
         self.calibration = 1.0
+        self.frontier = 0
+        """The prune frontier as loaded."""
+        self.unchanged_tokens = 0
+        """Tokens of the leading items the rewrite leaves as they were (set by _apply)."""
         self.messages: dict[int, SourceMessage] = {}
         """Loaded messages by seq, which is their context position."""
         self.contents: dict[str, str] = {}
@@ -117,6 +131,7 @@ class Compaction:
         self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item, anchored=item.position in anchored)
                       for item, row in pairs]
         self.calibration = session.calibration
+        self.frontier = session.pruned_upto
         self.loaded = list(self.nodes)
         self.loaded_items = items
         return session
@@ -134,7 +149,8 @@ class Compaction:
         session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
         before = tokens_before if tokens_before is not None else \
             self._db(lambda: self.sidecar.estimated_tokens(session))
-        raw_before = self._virtual_tokens()
+        # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
+        raw_before = self._loaded_tokens()
         if supplied_summary is not None:
             self.mode = "handoff"  # the client's text stands for everything before the tail, as a handoff does
         if self.mode == "handoff":
@@ -144,15 +160,23 @@ class Compaction:
         if not self.new_summaries:
             return self._outcome(False, before, before, 0, "nothing to compact: no run of old messages or "
                                  "summaries is long enough outside the fresh tail")
-        if self._virtual_tokens() >= raw_before:
+        virtual_after = self._virtual_tokens()
+        if virtual_after >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
                                  "context smaller")
+        min_savings = self.settings.min_savings
+        if raw_before - virtual_after < min_savings * raw_before:
+            return self._outcome(False, before, before, rounds,
+                                 f"not worth a rewrite: it would save {raw_before - virtual_after:,} of "
+                                 f"{raw_before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
         # No await from here to the write: a pin can no longer slip in between.
         self._keep_newly_anchored()
         self._apply()
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
-        return self._outcome(True, before, after, rounds, None, handoff)
+        outcome = self._outcome(True, before, after, rounds, None, handoff)
+        outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
+        return outcome
 
     def _tokens_after(self) -> int:
         session = self.sidecar.session(self.session_id)
@@ -169,10 +193,26 @@ class Compaction:
                        reason=reason, summary=summary, calls=self.calls, db_seconds=self.db_seconds,
                        message_count=len(self.nodes))
 
+    def _loaded_tokens(self) -> int:
+        """The loaded context's size as assemble sends it: pruned up to the frontier, or the step now due."""
+        if not self.sidecar.settings.prune.enabled:
+            return context_total(self.loaded, None, self.calibration)
+        rule = self.sidecar.prune_rule()
+        prunable = [node for node in self.loaded if is_prunable(node, rule)]
+        pruned = [node for node in prunable if node.position <= self.frontier]
+        step = prune_step(self.loaded, rule, self.calibration, self.frontier, len(prunable),
+                          sum(node.tokens for node in prunable), len(pruned), sum(node.tokens for node in pruned),
+                          keep=[node for node in prunable if node.anchored])
+        frontier = step.frontier if step is not None else self.frontier
+        pruned = [node for node in prunable if node.position <= frontier and not node.anchored]
+        total = context_total(self.loaded, None, self.calibration)
+        return pruned_total(total, len(pruned), sum(node.tokens for node in pruned), rule, self.calibration)
+
     def _virtual_tokens(self) -> int:
         """The in-memory context's size as usage would report it (pruned when pruning is on)."""
         rule = self.sidecar.prune_rule() if self.sidecar.settings.prune.enabled else None
-        return context_total(self.nodes, rule, self.calibration)
+        return context_total(self.nodes, rule, self.calibration, self.frontier,
+                             frozenset(node.position for node in self.nodes if node.anchored))
 
     # Leaf and condensed passes
 
@@ -441,6 +481,35 @@ class Compaction:
                                        and node.position in kept),
                             count=len(gone), tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
                             prunable_tokens=sum(node.tokens for node in prunable))
+        pruned = self._prune_frontier(rule)
         store = self.sidecar.store()
-        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added))
+        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added,
+                                                pruned))
+
+    def _prune_frontier(self, rule: PruneRule) -> tuple[int, int, int]:
+        """The prune step this rewrite takes along (any amount: the prompt changes anyway), as (frontier, count,
+        raw tokens) of the new context; also notes the tokens of the leading items left unchanged."""
+        frontier = max(self.frontier, self.sidecar.session(self.session_id).pruned_upto)
+        if self.sidecar.settings.prune.enabled:
+            positions, _ = prune_candidates(self.nodes, rule, self.calibration, frontier,
+                                            frozenset(node.position for node in self.nodes if node.anchored))
+            frontier = max([frontier, *positions])
+        new_ids = {s.id for s in self.new_summaries}
+        first_changed = min(node.position for node in self.nodes if node.ref_id in new_ids)
+        count = tokens = unchanged = 0
+        for node in self.nodes:
+            pruned = node.position <= frontier and is_prunable(node, rule)
+            if pruned:  # the stored totals count anchored outputs too; they are never pruned all the same
+                count += 1
+                tokens += node.tokens
+                if node.position > self.frontier and not node.anchored:
+                    first_changed = min(first_changed, node.position)
+        for node in self.nodes:
+            if node.position >= first_changed:
+                break
+            pruned = node.position <= self.frontier and is_prunable(node, rule) and not node.anchored \
+                and self.sidecar.settings.prune.enabled
+            unchanged += rule.placeholder_tokens if pruned else math.ceil(node.tokens * self.calibration)
+        self.unchanged_tokens = unchanged
+        return frontier, count, tokens
 

@@ -151,7 +151,7 @@ class CompactionRunner:
             self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
-                tokens_after=outcome.tokens_after)))
+                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
         return self._result(session_id, outcome)
 
     @staticmethod
