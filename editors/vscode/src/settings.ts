@@ -21,6 +21,7 @@ export const PROTOCOL_SETTING_KEYS = [
   'compaction.condensedMinFanout',
   'compaction.maxRounds',
   'compaction.hookTimeoutSeconds',
+  'compaction.minSavings',
   'prune.enabled',
   'prune.protectTokens',
   'prune.minimumTokens',
