@@ -22,7 +22,7 @@ from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import usage_figures
 from sidecar.services.errors import SidecarError, unknown_session
-from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked
+from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 
 if TYPE_CHECKING:
     from sidecar.storage.database import Storage
@@ -218,7 +218,7 @@ class Sidecar:
     def prune_signature(self) -> str:
         """The pruning rule as stored beside a session's running totals."""
         rule = self.prune_rule()
-        return f"{rule.placeholder_tokens}:{','.join(sorted(rule.protected_tools))}"
+        return prune_rule_key(rule.placeholder_tokens, rule.protected_tools)
 
     def prune_totals(self, session: SessionRow) -> tuple[int, int]:
         """Count and raw tokens of every prunable tool output in the context, recounted if the rule changed."""

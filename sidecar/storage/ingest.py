@@ -13,7 +13,7 @@ import attrs
 import duckdb
 
 from sidecar.engine.messages import MessageRow
-from sidecar.storage.rows import Anchors, ItemRow, SessionRow, utcnow
+from sidecar.storage.rows import Anchors, ItemRow, SessionRow, prune_rule_parts, utcnow
 from sidecar.storage.tail import TailCache
 
 
@@ -21,9 +21,9 @@ def prunable_condition(prune_rule: str | None) -> tuple[str, list[Any]]:
     """SQL over a message's role, tokens and tool_name: a tool output pruning may replace under the rule."""
     if prune_rule is None:
         return "false", []
-    placeholder, _, protected = prune_rule.partition(":")
+    placeholder, protected = prune_rule_parts(prune_rule)
     return ("role = 'tool' AND tokens > ? AND NOT list_has_any(string_split(coalesce(tool_name, ''), ','), "
-            "?::VARCHAR[])", [int(placeholder), protected.split(",") if protected else []])
+            "?::VARCHAR[])", [placeholder, protected])
 
 
 class IngestWrites:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -140,3 +141,14 @@ class SearchHit:
 def utcnow() -> datetime:
     """Now, as naive UTC (how every timestamp is stored)."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def prune_rule_key(placeholder_tokens: int, protected_tools: Iterable[str]) -> str:
+    """A pruning rule as stored beside a session's running totals; ``prune_rule_parts`` reads it back."""
+    return f"{placeholder_tokens}:{','.join(sorted(protected_tools))}"
+
+
+def prune_rule_parts(key: str) -> tuple[int, list[str]]:
+    """(placeholder tokens, protected tools) of a stored ``prune_rule_key``."""
+    placeholder, _, protected = key.partition(":")
+    return int(placeholder), protected.split(",") if protected else []
