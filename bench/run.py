@@ -136,8 +136,8 @@ def main() -> int:
                       help="a few seconds, 20 ms LLM latency; for the smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON object here")
     parser.add_argument("--profile", metavar="PATH", help="run the main server under cProfile, stats to PATH")
-    parser.add_argument("--only", choices=["sharing"],
-                        help="run only this section (one that starts its own servers)")
+    parser.add_argument("--only", choices=[section.__name__ for section in SECTIONS[SECTIONS.index(compaction):]],
+                        help="run only this section (one of those that start their own servers)")
     parser.add_argument("--settings", metavar="JSON", type=json.loads, default={},
                         help='extra server settings, e.g. \'{"storage": {"memoryLimit": "128MB"}}\'')
     args = parser.parse_args()
