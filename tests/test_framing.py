@@ -191,3 +191,15 @@ def test_frame_reader_handles_split_and_joined_frames():
         reader.feed(stream[byte:byte + 1])
         out += [frame.message for frame in reader.frames()]
     assert out == [{"a": 1}, {"b": "ü"}, [1, 2]]
+
+
+def test_take_frames_cuts_whole_raw_frames_and_leaves_a_partial_one() -> None:
+    from sidecar.rpc.framing import encode, take_frames
+
+    first, second = encode({"id": 1, "result": "é"}), encode({"method": "x"})
+    typed = b'Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: 2\r\n\r\n{}'
+    buffer = bytearray(first + typed + second + second[:7])
+    assert take_frames(buffer) == [first, typed, second]
+    assert buffer == bytearray(second[:7])
+    buffer += second[7:-1]
+    assert take_frames(buffer) == [] and buffer == bytearray(second[:-1])

@@ -133,6 +133,21 @@ def _shallow_id(body: bytes) -> Any:
         return None
 
 
+def take_frames(buffer: bytearray) -> list[bytes]:
+    """Whole frames, raw, at the front of a well-framed stream (a host's output); they leave the buffer."""
+    frames: list[bytes] = []
+    while True:
+        end = buffer.find(_HEADER_END)
+        if end < 0:
+            return frames
+        match = _HEADER.search(buffer, 0, end + 2)
+        total = end + len(_HEADER_END) + (int(match.group(1)) if match else 0)
+        if len(buffer) < total:
+            return frames
+        frames.append(bytes(buffer[:total]))
+        del buffer[:total]
+
+
 def frame_body(body: bytes) -> bytes:
     """A UTF-8 JSON body with its Content-Length header: the one place messages are framed."""
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)

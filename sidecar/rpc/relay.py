@@ -26,7 +26,7 @@ from protocol import errors as codes
 from protocol import methods
 from sidecar.config.sockets import ShareError, database_key, lock_path, socket_path
 from sidecar.rpc import handshake
-from sidecar.rpc.framing import FrameReader, encode
+from sidecar.rpc.framing import FrameReader, encode, take_frames
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ RECONNECT_WAIT = 30.0
 HOST_LEAVING_WAIT = 2.0
 """Seconds a new relay retries starting a host before it opens the database itself (see ``serve``)."""
 REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW)
-_HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)", re.IGNORECASE)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
 
@@ -146,22 +145,6 @@ def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> N
     raise HostFailed(line.removeprefix("error ").strip() or f"the host exited (see {path.with_suffix('.log')})")
 
 
-def _split(buffer: bytearray) -> list[bytes]:
-    """Whole frames at the front of a host's output (which is always well framed); they leave the buffer."""
-    frames: list[bytes] = []
-    while True:
-        end = buffer.find(b"\r\n\r\n")
-        if end < 0:
-            return frames
-        match = _HEADER.search(buffer, 0, end)
-        length = int(match.group(1)) if match else 0
-        total = end + 4 + length
-        if len(buffer) < total:
-            return frames
-        frames.append(bytes(buffer[:total]))
-        del buffer[:total]
-
-
 def _response_id(frame: bytes) -> Any:
     """The id of a response frame from the host; None for its notifications and requests."""
     body = frame[frame.find(b"\r\n\r\n") + 4:]
@@ -264,7 +247,7 @@ class Relay:
         """Bytes from the host: whole frames go to the client, except replies to what the relay replayed."""
         self.down += data
         out = []
-        for frame in _split(self.down):
+        for frame in take_frames(self.down):
             msg_id = _response_id(frame)
             if msg_id is not None:
                 self.in_flight.pop(msg_id, None)
