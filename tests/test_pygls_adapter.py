@@ -1,4 +1,4 @@
-"""The pygls internals sidecar/rpc/server.py relies on still exist with the shapes it uses.
+"""The pygls internals sidecar/rpc/pygls_adapter.py relies on still exist with the shapes it uses.
 
 pyproject pins pygls to one minor version; this test is what tells a bump that breaks the server.
 """
@@ -10,7 +10,7 @@ import inspect
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCProtocol, LanguageServerProtocol
 
-from sidecar.rpc.server import SidecarProtocol
+from sidecar.rpc.pygls_adapter import SidecarProtocol
 
 
 def parameters(function: object) -> list[str]:

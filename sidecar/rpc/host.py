@@ -279,7 +279,7 @@ class Host:
     @staticmethod
     async def _answer_pending(server: Any) -> None:
         """Let requests read before ``exit`` or end of input send their replies, as a process of its own does."""
-        pending = list(server.protocol._request_futures.values())
+        pending = list(server.protocol.pending_requests())
         if pending:
             await asyncio.wait(pending, timeout=DRAIN_SECONDS)
         for _ in range(2):
