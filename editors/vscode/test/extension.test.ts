@@ -8,7 +8,7 @@ import type { ContextSidecarApi } from '../src/api';
 import { CompactResult, Methods, Usage } from '../src/protocol';
 import { startFakeLlm } from './fakeLlm';
 import { createFakeVscode, FakeVscode } from './fakeVscode';
-import { bigUserMessage, sidecarCommand } from './helpers';
+import { bigUserMessage, sidecarCommand, until } from './helpers';
 import { EXTENSION_ROOT } from './paths';
 
 /** Pids of live processes whose command line contains `marker` (the test's unique database path). */
@@ -29,21 +29,6 @@ function serverPids(marker: string): number[] {
     }
   }
   return pids;
-}
-
-/** Waits up to `timeoutMs` for `check()` to be truthy. */
-async function until<T>(what: string, check: () => T, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = check();
-    if (value) {
-      return value;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${what}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** Retries `request` until the (re)started server answers it. */
