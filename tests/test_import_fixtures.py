@@ -86,7 +86,7 @@ async def test_claude_code_parallel_calls_reasoning_attachments_and_originals(cl
     with_reasoning = (await client.assemble(result.session_id, budget=HUGE, prune=False, reasoning=True)).messages
     chosen = next(m for m in with_reasoning if m.get("tool_calls"))
     assert chosen["reasoning"] == "Need both the module and its test; read them in parallel."
-    assert messages[0]["content"].startswith("The user selected lines 40 to 44 from /home/dev/shop/cart.py")
+    assert messages[0]["content"].startswith("The user selected lines 40 to 44 from /srv/dev/shop/cart.py")
     image = next(m for m in messages if isinstance(m["content"], list))
     assert image["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
     failed = next(m for m in messages if m.get("tool_call_id") == "toolu_03Bash")

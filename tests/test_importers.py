@@ -80,7 +80,7 @@ def test_pi_v3_branch_thinking_aborted_and_damaged_lines(pi_v3: Path) -> None:
     assert parsed.session == {
         "title": "Fix a.py",
         "model": "claude-sonnet-4-5",
-        "metadata": {"cwd": "/home/dev/proj", "sourceSessionId": "sess-pi-3", "provider": "anthropic"},
+        "metadata": {"cwd": "/srv/dev/proj", "sourceSessionId": "sess-pi-3", "provider": "anthropic"},
     }
 
 

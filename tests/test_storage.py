@@ -144,9 +144,9 @@ def test_storage_locked_names_file_and_pid(tmp_path):
 def test_default_path_is_per_user_for_every_workspace(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_storage_path(None) == str(tmp_path / "context-sidecar" / "memory.duckdb")
-    assert default_storage_path("/home/me/projects/app") == default_storage_path(None)
-    one = legacy_workspace_path("/home/me/projects/app")
-    two = legacy_workspace_path("/home/me/other/app")
+    assert default_storage_path("/srv/me/projects/app") == default_storage_path(None)
+    one = legacy_workspace_path("/srv/me/projects/app")
+    two = legacy_workspace_path("/srv/me/other/app")
     assert one != two
     assert os.path.dirname(one) == str(tmp_path / "context-sidecar" / "workspaces")
     assert os.path.basename(one).startswith("app-")

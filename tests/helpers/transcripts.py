@@ -50,7 +50,7 @@ def write_pi_sample(path: Path) -> Path:
     read = {"type": "toolCall", "id": "call_read", "name": "read", "arguments": {"path": "a.py"}}
     edit = {"type": "toolCall", "id": "call_edit", "name": "edit", "arguments": {"path": "a.py"}}
     return write_jsonl(path, [
-        {"type": "session", "version": 3, "id": "sess-pi-3", "timestamp": TS, "cwd": "/home/dev/proj"},
+        {"type": "session", "version": 3, "id": "sess-pi-3", "timestamp": TS, "cwd": "/srv/dev/proj"},
         pi_entry("model_change", "e0", None, provider="anthropic", modelId="claude-sonnet-4-5"),
         pi("e1", "e0", "user", [text("read a.py"), {"type": "image", "data": "AA", "mimeType": "image/png"}]),
         pi("e2", "e1", "assistant", [{"type": "thinking", "thinking": "SECRET-PI-IDEA"}, text("Ok."), read]),
