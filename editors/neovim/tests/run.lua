@@ -230,6 +230,22 @@ end
 ---@type string|nil
 local agent_workspace = nil
 
+---Restart the plugin with the fake OpenAI-compatible endpoint `llm` as its summarizer.
+local function restart_with_llm(llm)
+  sidecar.stop()
+  sidecar.setup({
+    cmd = cmd,
+    cmd_env = { CTX_SIDECAR_TEST_KEY = 'sk-test' },
+    settings = vim.tbl_deep_extend('force', SETTINGS, {
+      llm = { baseUrl = string.format('http://127.0.0.1:%d/v1', llm.port), model = 'fake-model',
+              apiKeyEnv = 'CTX_SIDECAR_TEST_KEY' },
+    }),
+  })
+  t.wait_for('the restarted server', function()
+    return status.running and sidecar.server_capabilities ~= nil
+  end)
+end
+
 ---Restart the plugin on a workspace of its own, with nothing selected.
 local function restart_in(workspace, opts)
   sidecar.stop()
@@ -483,18 +499,7 @@ local function main()
     end
     local llm = fake_llm.start()
     local ok, err = pcall(function()
-      sidecar.stop()
-      sidecar.setup({
-        cmd = cmd,
-        cmd_env = { CTX_SIDECAR_TEST_KEY = 'sk-test' },
-        settings = vim.tbl_deep_extend('force', SETTINGS, {
-          llm = { baseUrl = string.format('http://127.0.0.1:%d/v1', llm.port), model = 'fake-model',
-                  apiKeyEnv = 'CTX_SIDECAR_TEST_KEY' },
-        }),
-      })
-      t.wait_for('the restarted server', function()
-        return status.running and sidecar.server_capabilities ~= nil
-      end)
+      restart_with_llm(llm)
       t.eq(sidecar.server_capabilities.summarizer, 'openai')
       local before = ingest('cancel', conversation('c')).usage
       sidecar.set_session('cancel')
@@ -522,18 +527,7 @@ local function main()
     end
     local llm = fake_llm.start({ status = 400 })
     local ok, err = pcall(function()
-      sidecar.stop()
-      sidecar.setup({
-        cmd = cmd,
-        cmd_env = { CTX_SIDECAR_TEST_KEY = 'sk-test' },
-        settings = vim.tbl_deep_extend('force', SETTINGS, {
-          llm = { baseUrl = string.format('http://127.0.0.1:%d/v1', llm.port), model = 'fake-model',
-                  apiKeyEnv = 'CTX_SIDECAR_TEST_KEY' },
-        }),
-      })
-      t.wait_for('the restarted server', function()
-        return status.running and sidecar.server_capabilities ~= nil
-      end)
+      restart_with_llm(llm)
       local before = ingest('failing', conversation('f')).usage
       sidecar.set_session('failing')
       vim.cmd('ContextCompact')
