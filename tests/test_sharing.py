@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -48,15 +49,8 @@ def env_for(runtime: Path) -> dict[str, str]:
 
 
 def sock_of(runtime: Path, db: Path) -> Path:
-    old = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    try:
+    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
         return socket_path(str(db))
-    finally:
-        if old is None:
-            del os.environ["XDG_RUNTIME_DIR"]
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = old
 
 
 def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:

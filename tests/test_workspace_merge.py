@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from lsprotocol import types as lsp
 
@@ -89,12 +90,5 @@ async def test_a_session_in_both_files_keeps_the_workspace_file(tmp_path: Path) 
 
 
 def legacy_workspace_path_for(data: Path, root: Path) -> str:
-    old = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(data)
-    try:
+    with patch.dict(os.environ, {"XDG_DATA_HOME": str(data)}):
         return legacy_workspace_path(str(root))
-    finally:
-        if old is None:
-            del os.environ["XDG_DATA_HOME"]
-        else:
-            os.environ["XDG_DATA_HOME"] = old
