@@ -96,11 +96,8 @@ def write_tool_transcript(path: Path, turns: int) -> Path:
     return path
 
 
-def test_a_pruning_step_shows_as_a_prefix_miss_and_pruning_off_only_appends(tmp_path: Path) -> None:
-    sample = write_tool_transcript(tmp_path / "tools.json", turns=9)
-    result = run("replay", sample, "--format", "openai", "--report-usage", "never", "--compare-prune-off")
-    assert result.returncode == 0, result.stderr
-    rows = ROW.findall(result.stdout)
+def check_appending_turns(rows: list[tuple[str, ...]]) -> None:
+    """The first seven turns of write_tool_transcript(turns=9): every prompt repeats the whole previous one."""
     # Turn N sends the N-1 turns before it (8,034 tokens each) and its user message: 8 + 8,034 (N-1).
     assert len(rows) == 9
     assert [int(sent.replace(",", "")) for _, _, sent, _, _ in rows[:8]] == [8 + 8034 * n for n in range(8)]
@@ -110,14 +107,42 @@ def test_a_pruning_step_shows_as_a_prefix_miss_and_pruning_off_only_appends(tmp_
     # Up to turn 7 the default pruning (outputs behind the newest 40,000 tokens, at least 20,000 of them) has
     # nothing to do, so every prompt repeats the whole previous one.
     assert [share for *_, share, _ in rows[:7]] == ["0.1", "66.7", "80.0", "85.7", "88.9", "90.9", "92.3"]
+
+
+def test_a_prune_step_that_would_not_pay_back_before_compaction_is_not_taken(tmp_path: Path) -> None:
+    sample = write_tool_transcript(tmp_path / "tools.json", turns=9)
+    result = run("replay", sample, "--format", "openai", "--report-usage", "never", "--compare-prune-off")
+    assert result.returncode == 0, result.stderr
+    rows = ROW.findall(result.stdout)
+    check_appending_turns(rows)
     # Turn 8's second prompt (64,264 tokens) leaves the outputs of turns 1-3 (24,012 tokens) behind the newest
-    # 40,000: pruned, they rewrite the prompt from its third message; appending alone would have repeated 14/15
-    # of the turn's prompt tokens (93.3%).
+    # 40,000. Pruning them would save 2,400 cache-read units a prompt but write the ~40,000 tokens after them anew
+    # (46,000 units), while the context is some 16,000 tokens (four prompts) from the 80,000-token compaction: not
+    # worth it, so the prompt only appends, 14/15 of the turn's tokens repeat, and the run costs what pruning off does.
+    assert rows[7][3] == "93.3"
+    summary = table(result.stdout)
+    # Prompt tokens: 8,034 x (2 x 36 + 9) = 650,754; repeated: 8 in turn 1, then 2 x 8,034 x (1 + ... + 8) = 578,448:
+    # 578,456 (88.9%); cost 578,456 x 0.1 + 72,298 x 1.25 = 148,218.1.
+    assert summary["pruning off"] == "prefix hits 88.9%, input cost 148,218"
+    assert summary["input cost"].startswith("148,218 at read=0.1,write=1.25,input=1")
+    assert summary["cost ratio"].startswith("1.00x")
+
+
+def test_a_pruning_step_shows_as_a_prefix_miss_and_pruning_off_only_appends(tmp_path: Path) -> None:
+    sample = write_tool_transcript(tmp_path / "tools.json", turns=9)
+    # At these prices (a cache read costs half, a write no premium) the same step pays back within two prompts.
+    result = run("replay", sample, "--format", "openai", "--report-usage", "never", "--compare-prune-off",
+                 "--prices", "read=0.5,write=1")
+    assert result.returncode == 0, result.stderr
+    rows = ROW.findall(result.stdout)
+    check_appending_turns(rows)
+    # Pruned, the outputs of turns 1-3 rewrite the prompt from its third message; appending alone would have
+    # repeated 14/15 of the turn's prompt tokens (93.3%).
     assert float(rows[7][3]) < 93.3
     summary = table(result.stdout)
-    # Pruning off only appends. Prompt tokens: 8,034 x (2 x 36 + 9) = 650,754; repeated: 8 in turn 1, then
-    # 2 x 8,034 x (1 + ... + 8) = 578,448: 578,456 (88.9%); cost 578,456 x 0.1 + 72,298 x 1.25 = 148,218.1.
-    assert summary["pruning off"] == "prefix hits 88.9%, input cost 148,218"
+    # Pruning off only appends: 578,456 x 0.5 + 72,298 x 1 = 361,526.
+    assert summary["pruning off"] == "prefix hits 88.9%, input cost 361,526"
     on_cost = int(summary["input cost"].split()[0].replace(",", ""))
+    assert on_cost < 361_526
     ratio = summary["cost ratio"].split("x")[0]
-    assert float(ratio) == pytest.approx(on_cost / 148_218.1, abs=0.006)
+    assert float(ratio) == pytest.approx(on_cost / 361_526, abs=0.006)

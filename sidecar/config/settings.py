@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from protocol.methods import COMPACTION_MODES
-from sidecar.config.defaults import DEFAULT_MEMORY_LIMIT
+from sidecar.config.defaults import CACHE_READ_PRICE, CACHE_WRITE_PRICE, DEFAULT_MEMORY_LIMIT
 from sidecar.wire import Replaced, structure_lenient
 
 MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
@@ -145,6 +145,18 @@ class PruneSettings:
 
     protected_tools: tuple[str, ...] = ("skill",)
     """Tools whose outputs are never pruned."""
+
+    postpone_compaction: bool = False
+    """Count pruned outputs as their placeholders toward the auto-compaction threshold, so pruning postpones compaction
+    (more history kept verbatim, more input tokens sent); false: they count whole and only lower each turn's cost."""
+
+    cache_read_price: float = attrs.field(default=CACHE_READ_PRICE, validator=between(0.0, 100.0))
+    """Price of a prompt token read from the provider's cache, relative to an uncached one; with cacheWritePrice it
+    decides whether a prune step pays back before the next compaction."""
+
+    cache_write_price: float = attrs.field(default=CACHE_WRITE_PRICE, validator=between(0.0, 100.0))
+    """Price of a prompt token written to the provider's cache (every token after a rewritten message), relative to
+    an uncached one."""
 
 
 @attrs.define(frozen=True)

@@ -38,9 +38,14 @@ def compaction_threshold(context_window: int, settings: CompactionSettings) -> i
     return max(1, min(candidates))
 
 
-def usage_figures(tokens: int, context_window: int, settings: CompactionSettings, compacting: bool) -> UsageFigures:
-    """The usage state of a context of ``tokens`` in ``context_window``."""
-    threshold = compaction_threshold(context_window, settings)
+def usage_figures(tokens: int, context_window: int, settings: CompactionSettings, compacting: bool,
+                  pruned: int = 0) -> UsageFigures:
+    """The usage state of a context of ``tokens`` in ``context_window``.
+
+    ``pruned``: tokens pruning saves that still count toward compaction; the threshold and the suggestion come that
+    much earlier, so the session compacts when it would without pruning.
+    """
+    threshold = max(1, compaction_threshold(context_window, settings) - pruned)
     percent = round(100.0 * tokens / context_window, 1) if context_window > 0 else 100.0
     state: UsageState
     if compacting:
@@ -49,7 +54,7 @@ def usage_figures(tokens: int, context_window: int, settings: CompactionSettings
         state = "overflow"
     elif tokens >= threshold:
         state = "compact"
-    elif tokens >= settings.suggest_at * context_window:
+    elif tokens + pruned >= settings.suggest_at * context_window:
         state = "suggest"
     else:
         state = "ok"

@@ -45,6 +45,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
 
         tools = b'"tools":' + utf8(DEFINITIONS_JSON) + b","
+    sidecar.note_prompt(session)
     previous: Prompt | None = sidecar.prompts.get(session.session_id)
     key = (budget, fresh_tail, prune, reasoning)
     stepped_from: int | None = None

@@ -18,9 +18,10 @@ from sidecar.config.paths import default_storage_path, legacy_workspace_path, wo
 from sidecar.config.settings import Settings
 from sidecar.config.sockets import ShareError, check_owner
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is_prunable, prune_step, pruned_total
+from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, smoothed_growth, step_pays
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
-from sidecar.engine.usage import usage_figures
+from sidecar.engine.usage import compaction_threshold, reserve_for, usage_figures
 from sidecar.services.errors import SidecarError, unknown_session
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 
@@ -65,6 +66,9 @@ class Sidecar:
     """Per session: (last, smoothed) cache hit rate of the provider's reports."""
     prune_memo: dict[str, tuple[Any, PruneStep]] = attrs.field(factory=dict)
     """Per session: the last prune state computed, and the revision, frontier, calibration, settings it holds for."""
+    prompt_growth: dict[str, tuple[int, int, float | None]] = attrs.field(factory=dict)
+    """Per session: raw context tokens at its last assemble, the assembles since that added some, and the raw tokens
+    they added on average."""
     revision_prefix: str = attrs.field(factory=lambda: uuid.uuid4().hex[:8])
     """Revisions name this sidecar (process, or a host's connection) too, so another's is never taken for ours."""
     revisions: int = 0
@@ -83,7 +87,7 @@ class Sidecar:
                        assembled=self.assembled, recent_calls=self.recent_calls, rendered=self.rendered,
                        auto_backoff=self.auto_backoff, auto_idle_at=self.auto_idle_at,
                        prompt_samples=self.prompt_samples, prompts=self.prompts, cache_hits=self.cache_hits,
-                       prune_memo=self.prune_memo, owns_storage=False)
+                       prune_memo=self.prune_memo, prompt_growth=self.prompt_growth, owns_storage=False)
 
     def next_revision(self) -> str:
         """A new assemble revision."""
@@ -170,7 +174,8 @@ class Sidecar:
             self.prompts.pop(session_id, None)
             self.cache_hits.pop(session_id, None)
             self.prune_memo.pop(session_id, None)
-        for table in (self.assembled, self.recent_calls, self.prompt_samples, self.auto_backoff, self.auto_idle_at):
+        for table in (self.assembled, self.recent_calls, self.prompt_samples, self.auto_backoff, self.auto_idle_at,
+                      self.prompt_growth):
             if session_id is None:
                 table.clear()
             else:
@@ -257,11 +262,43 @@ class Sidecar:
             step = prune_step(items, rule, factor, session.pruned_upto, all_count, all_tokens, session.pruned_count,
                               session.pruned_tokens, keep=kept)
             if step is not None:
-                return step
+                return step if not step.advanced or self._step_pays(session, step, items) else \
+                    PruneStep(session.pruned_upto)
             if complete:
                 return PruneStep(session.pruned_upto)  # the whole context is protected
             want = 2 * max(want, sum(item.tokens for item in items))
             items, complete = self.store().tail(session, want, len(items) + 1)
+
+    def _step_pays(self, session: SessionRow, step: PruneStep, tail: list[ItemRow]) -> bool:
+        """Whether a due prune step pays back before the next auto-compaction rewrites the prompt anyway.
+
+        Always when pruning may postpone compaction, when no auto-compaction is coming, or when the whole context no
+        longer fits the default budget (compaction is failing or skipped; pruning is what keeps old messages in).
+        """
+        prune, compaction = self.settings.prune, self.settings.compaction
+        if prune.postpone_compaction or not compaction.auto or compaction.max_tokens == -1:
+            return True
+        factor = session.calibration
+        window = self.context_window(session)
+        whole = session.context_tokens * factor
+        if whole > window - reserve_for(window, compaction):
+            return True
+        rule = self.prune_rule()
+        saved = step.tokens * factor - step.count * rule.placeholder_tokens
+        sent = pruned_total(math.ceil(whole), session.pruned_count, session.pruned_tokens, rule, factor)
+        measured = self.prompt_growth.get(session.session_id, (0, 0, None))[2]
+        sizes = [item.tokens for item in tail if item.kind == "message"]
+        growth = measured if measured else ITEMS_PER_PROMPT * sum(sizes) / max(1, len(sizes))
+        return step_pays(saved, sent - saved, compaction_threshold(window, compaction) - whole, growth * factor,
+                         prune.cache_read_price, prune.cache_write_price)
+
+    def note_prompt(self, session: SessionRow) -> None:
+        """Count an assemble toward the session's growth per prompt (what a prune step's savings last for)."""
+        last, samples, growth = self.prompt_growth.get(session.session_id, (None, 0, None))
+        if last is not None and session.context_tokens > last:
+            samples += 1
+            growth = smoothed_growth(growth, samples, session.context_tokens - last)
+        self.prompt_growth[session.session_id] = (session.context_tokens, samples, growth)
 
     def estimated_tokens(self, session: SessionRow, prune: bool | None = None,
                          tail: tuple[list[ItemRow], bool] | None = None) -> int:
@@ -286,11 +323,16 @@ class Sidecar:
         """The session's usage figures and state."""
         window = self.context_window(session)
         source: UsageSource
+        estimate = self.estimated_tokens(session, tail=tail)
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:
-            tokens, source = self.estimated_tokens(session, tail=tail), "estimate"
-        figures = usage_figures(tokens, window, self.settings.compaction, session.session_id in self.compacting)
+            tokens, source = estimate, "estimate"
+        # Unless pruning may postpone compaction, what it saves still counts toward the threshold.
+        postpone = self.settings.prune.postpone_compaction
+        pruned = 0 if postpone else max(0, self.estimated_tokens(session, prune=False) - estimate)
+        figures = usage_figures(tokens, window, self.settings.compaction, session.session_id in self.compacting,
+                                pruned)
         return Usage(
             session_id=session.session_id,
             tokens=figures.tokens,

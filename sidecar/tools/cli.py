@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--prices", type=price_table, default=None, metavar="read=R,write=W,input=I",
                         help="price per prompt token for the input-cost figures, relative to an uncached token: "
                              "cache read, cache write, and plain input (default read=0.1,write=1.25,input=1, "
-                             "Anthropic's 5-minute cache); any subset, each a number >= 0")
+                             "Anthropic's 5-minute cache); any subset, each a number >= 0. The sidecar weighs its "
+                             "prune steps at the same read and write prices")
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")

@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from sidecar.config.defaults import CACHE_READ_PRICE, CACHE_WRITE_PRICE
+
 PRICE_NAMES = ("read", "write", "input")
 
 
@@ -25,9 +27,9 @@ PRICE_NAMES = ("read", "write", "input")
 class Prices:
     """Price per prompt token, relative to one uncached input token."""
 
-    read: float = 0.1
+    read: float = CACHE_READ_PRICE
     """A token of the repeated prefix (a cache read)."""
-    write: float = 1.25
+    write: float = CACHE_WRITE_PRICE
     """A token after the repeated prefix (a cache write)."""
     input: float = 1.0
     """A token sent with no caching at all: the reference cost."""

@@ -149,10 +149,12 @@ def _storage(db: str | None) -> Iterator[tuple[str, bool]]:
 
 
 async def replay_cache(parsed: ParsedTranscript, name: str, db: str, prune: bool = True,
-                       prices: Prices | None = None, context_window: int | None = None) -> PromptCache:
-    """Replay a parsed transcript silently on a new DB file with default settings; its prompts' cache figures."""
+                       prices: Prices | None = None, context_window: int | None = None,
+                       settings: dict[str, dict[str, Any]] | None = None) -> PromptCache:
+    """Replay a parsed transcript silently on a new DB file with default settings, but for ``settings`` (sections
+    of camelCase settings, merged over the replay's own); its prompts' cache figures."""
     replay = _Replay(Path(name), parsed, None, context_window, "incremental", True, "auto", prices or Prices(),
-                     prune=prune)
+                     prune=prune, settings=settings)
     with contextlib.redirect_stdout(io.StringIO()):  # the timeline is not wanted here
         code = await replay.run(db, True)
     if code:
@@ -176,7 +178,8 @@ class _Replay:
     """One replay run against one sidecar."""
 
     def __init__(self, path: Path, parsed: ParsedTranscript, session: str | None, context_window: int | None,
-                 mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True) -> None:
+                 mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True,
+                 settings: dict[str, dict[str, Any]] | None = None) -> None:
         self.path = path
         self.parsed = parsed
         self.session_id = session or parsed.suggested_session_id or path.stem
@@ -190,14 +193,19 @@ class _Replay:
         self.notes: list[str] = []
         self.cache = PromptCache(prices)
         self.prune = prune
+        self.settings = settings or {}
         self.finished: tuple[Usage, float] | None = None
 
     async def run(self, db: str, fresh: bool) -> int:
         """Spawn the sidecar on ``db`` and replay every turn; returns the exit code. ``table`` prints the summary."""
         started = time.monotonic()
-        settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}}
+        # The sidecar weighs prune steps at the prices the replay bills.
+        prune = {"cacheReadPrice": self.cache.prices.read, "cacheWritePrice": self.cache.prices.write}
+        settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}, "prune": prune}
         if not self.prune:
-            settings["prune"] = {"enabled": False}
+            prune["enabled"] = False
+        for section, values in self.settings.items():
+            settings[section] = {**settings.get(section, {}), **values}
         async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=settings) as client:
             client.on_compact(self._compacted)
             client.on_usage(self._counted)

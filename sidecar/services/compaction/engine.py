@@ -22,7 +22,6 @@ from sidecar.engine.assembly import (
     context_total,
     is_prunable,
     prune_candidates,
-    prune_step,
     pruned_total,
 )
 from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
@@ -150,7 +149,7 @@ class Compaction:
         before = tokens_before if tokens_before is not None else \
             self._db(lambda: self.sidecar.estimated_tokens(session))
         # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
-        raw_before = self._loaded_tokens()
+        raw_before = self._loaded_tokens(session)
         if supplied_summary is not None:
             self.mode = "handoff"  # the client's text stands for everything before the tail, as a handoff does
         if self.mode == "handoff":
@@ -193,24 +192,20 @@ class Compaction:
                        reason=reason, summary=summary, calls=self.calls, db_seconds=self.db_seconds,
                        message_count=len(self.nodes))
 
-    def _loaded_tokens(self) -> int:
+    def _loaded_tokens(self, session: SessionRow) -> int:
         """The loaded context's size as assemble sends it: pruned up to the frontier, or the step now due."""
         if not self.sidecar.settings.prune.enabled:
             return context_total(self.loaded, None, self.calibration)
         rule = self.sidecar.prune_rule()
-        prunable = [node for node in self.loaded if is_prunable(node, rule)]
-        pruned = [node for node in prunable if node.position <= self.frontier]
-        step = prune_step(self.loaded, rule, self.calibration, self.frontier, len(prunable),
-                          sum(node.tokens for node in prunable), len(pruned), sum(node.tokens for node in pruned),
-                          keep=[node for node in prunable if node.anchored])
-        frontier = step.frontier if step is not None else self.frontier
-        pruned = [node for node in prunable if node.position <= frontier and not node.anchored]
+        frontier = self._db(lambda: self.sidecar.prune_state(session)).frontier
+        pruned = [node for node in self.loaded
+                  if node.position <= frontier and is_prunable(node, rule) and not node.anchored]
         total = context_total(self.loaded, None, self.calibration)
         return pruned_total(total, len(pruned), sum(node.tokens for node in pruned), rule, self.calibration)
 
-    def _virtual_tokens(self) -> int:
-        """The in-memory context's size as usage would report it (pruned when pruning is on)."""
-        rule = self.sidecar.prune_rule() if self.sidecar.settings.prune.enabled else None
+    def _virtual_tokens(self, whole: bool = False) -> int:
+        """The in-memory context's size as usage would report it (pruned when pruning is on, unless ``whole``)."""
+        rule = self.sidecar.prune_rule() if self.sidecar.settings.prune.enabled and not whole else None
         return context_total(self.nodes, rule, self.calibration, self.frontier,
                              frozenset(node.position for node in self.nodes if node.anchored))
 
@@ -218,6 +213,7 @@ class Compaction:
 
     async def _dag_rounds(self, session: SessionRow) -> int:
         threshold = compaction_threshold(self.sidecar.context_window(session), self.settings)
+        counts_pruned = not self.sidecar.settings.prune.postpone_compaction  # pruned outputs count whole, as in usage
         rounds = 0
         max_rounds = self.settings.max_rounds if self.mode == "full" else 1
         while rounds < max_rounds:
@@ -227,7 +223,7 @@ class Compaction:
             rounds += 1
             if not changed or self._virtual_tokens() >= before:
                 break
-            if self.mode != "full" or self._virtual_tokens() < threshold:
+            if self.mode != "full" or self._virtual_tokens(whole=counts_pruned) < threshold:
                 break
         return rounds
 
