@@ -46,11 +46,12 @@ def encode_assemble_result(result: AssembleResult, messages: Sequence[bytes], it
     """
     if result.messages or result.items or result.tools is not None:
         raise ValueError("an AssembleResult to encode holds no messages, items or tools: they come as JSON text")
-    spliced = {"messages": b"[" + b",".join(messages) + b"]", "items": utf8("[" + ",".join(items) + "]"),
-               "tools": tools}
+    spliced = {"messages": (b"[", b",".join(messages), b"]"), "items": (b"[", utf8(",".join(items)), b"]"),
+               "tools": None if tools is None else (tools,)}
     values = unstructure(result)
+    # One join at the end: each concatenation of a large reply would copy it again (a few ms at 10k items).
     # Consecutive plain members are written by one dumps: a delta reply is small and its cost is mostly calls.
-    parts: list[bytes] = []
+    pieces: list[bytes] = []
     plain: dict[str, Any] = {}
     for name, key in _MEMBERS:
         if name in spliced:
@@ -58,11 +59,15 @@ def encode_assemble_result(result: AssembleResult, messages: Sequence[bytes], it
             if text is None:
                 continue
             if plain:
-                parts.append(utf8(dumps(plain)[1:-1]))
+                pieces += (b",", utf8(dumps(plain)[1:-1]))
                 plain = {}
-            parts.append(key + text)
+            pieces += (b",", key, *text)
         elif name in values:
             plain[name] = values[name]
     if plain:
-        parts.append(utf8(dumps(plain)[1:-1]))
-    return RawJSON(b"{" + b",".join(parts) + b"}")
+        pieces += (b",", utf8(dumps(plain)[1:-1]))
+    pieces[0] = b"{"  # in place of the first member's separator: messages always come
+    pieces.append(b"}")
+    reply = b"".join(pieces)
+    del pieces, spliced  # before the copy into RawJSON, which then reuses their memory: fresh pages cost ms
+    return RawJSON(reply)
