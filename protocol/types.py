@@ -86,7 +86,7 @@ class AssembleParams:
 
 @attrs.define
 class ContextItem:
-    """One entry of an assembled context, beside the message it became."""
+    """One entry of an assembled context, beside the message it became (written by ``sidecar.assemble_reply``)."""
 
     kind: str
     id: str
@@ -96,6 +96,8 @@ class ContextItem:
 
 @attrs.define
 class AssembleResult:
+    """The reply of context/assemble; the server writes it with ``sidecar.assemble_reply.encode_assemble_result``."""
+
     messages: list[Message]
     items: list[ContextItem]
     tokens: int

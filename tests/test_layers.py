@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sidecar"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("sidecar", "sidecar.wire"),
+    ("sidecar", "sidecar.wire", "sidecar.assemble_reply"),
     ("sidecar.config", "sidecar.engine", "sidecar.storage", "sidecar.summarizers", "sidecar.importers",
      "sidecar.testing"),
     ("sidecar.services",),

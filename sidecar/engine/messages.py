@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from sidecar.assemble_reply import context_item_head
 from sidecar.engine.tokens import estimate_message_tokens
 from sidecar.wire import ParamsError, dumps, utf8
 
@@ -196,17 +197,12 @@ class RenderedMessages:
 
     def put_new(self, position: int, message_id: str, raw: str) -> None:
         """Keep the rendering of a message just ingested (never pruned yet), as assemble would make it."""
-        self.put(position, False, utf8(dumps(openai_view(raw))), item_head(message_id))
+        self.put(position, False, utf8(dumps(openai_view(raw))), context_item_head("message", message_id))
 
     def clear(self) -> None:
         """Forget everything."""
         self._texts.clear()
         self._chars = 0
-
-
-def item_head(message_id: str) -> str:
-    """The start of a message's entry in an assembled ``items`` list, up to its token count."""
-    return f'{{"kind":"message","id":{dumps(message_id)},"tokens":'
 
 
 def _timestamp(value: Any) -> datetime | None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
 
 from protocol import methods
-from protocol.types import AssembleParams, DidPruneParams, ReportUsageParams, Usage, UsageParams
+from protocol.types import AssembleParams, AssembleResult, DidPruneParams, ReportUsageParams, Usage, UsageParams
+from sidecar.assemble_reply import context_item_head, context_item_tail, encode_assemble_result
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
-from sidecar.engine.messages import item_head, openai_view
+from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import reserve_for
 from sidecar.services.errors import invalid_params
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API.
 
-    Returned as the JSON text of an ``AssembleResult``: messages are spliced in as rendered once and kept.
+    Returned as the JSON text of an ``AssembleResult`` (``encode_assemble_result``): messages are spliced in as
+    rendered once and kept.
     With ``since`` naming the session's previous reply, and that prompt unchanged but for messages added at its
     end, only those come back (``delta``); otherwise the whole prompt, with ``delta: false``.
     """
@@ -40,11 +41,11 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
     reasoning = bool(params.reasoning)
-    tools = b""
+    tools = None
     if params.tools:
         from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
 
-        tools = b'"tools":' + utf8(DEFINITIONS_JSON) + b","
+        tools = utf8(DEFINITIONS_JSON)
     sidecar.note_prompt(session)
     previous: Prompt | None = sidecar.prompts.get(session.session_id)
     key = (budget, fresh_tail, prune, reasoning)
@@ -77,19 +78,18 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
                                                 raw_tokens[row.position] if raw_tokens else row.tokens for row in rows],
                     session.revision, anchors.positions)
     keep_prompt(sidecar, session.session_id, prompt)
-    rest: dict[str, Any] = {
-        "tokens": plan.tokens, "dropped": session.context_count - len(items), "overBudget": plan.over_budget,
-        "usage": unstructure(sidecar.usage(session)), "revision": revision, "stablePrefix": stable,
-        "cacheBreakpoints": prompt.breakpoints(stable)}
+    result = AssembleResult(messages=[], items=[], tokens=plan.tokens, dropped=session.context_count - len(items),
+                            over_budget=plan.over_budget, usage=sidecar.usage(session), revision=revision,
+                            stable_prefix=stable, cache_breakpoints=prompt.breakpoints(stable))
     if stepped_from is not None:
         announce_prune(sidecar, session, stepped_from, session.pruned_upto, plan, anchors.positions)
     if params.since is not None:
         # Not after a rewrite (a prune step, a compaction, a pin, another fill, other settings): the whole prompt.
-        rest["delta"] = same and params.since == previous.revision and anchor == previous.anchor  # type: ignore
-        if rest["delta"]:
-            rest["keep"] = stable
+        result.delta = same and params.since == previous.revision and anchor == previous.anchor  # type: ignore
+        if result.delta:
+            result.keep = stable
             messages, items = messages[stable:], items[stable:]
-    return _reply(messages, items, rest, tools)
+    return encode_assemble_result(result, messages, items, tools)
 
 
 MAX_PROMPTS = 16
@@ -104,14 +104,8 @@ def keep_prompt(sidecar: Sidecar, session_id: str, prompt: Prompt) -> None:
         del sidecar.prompts[next(iter(sidecar.prompts))]
 
 
-def _reply(messages: list[bytes], items: list[str], rest: dict[str, Any], tools: bytes = b"") -> RawJSON:
-    """The JSON text of an AssembleResult (``tools``: the ``"tools":[...],`` member, or nothing)."""
-    return RawJSON(b"".join((b'{"messages":[', b",".join(messages), b'],"items":[', utf8(",".join(items)), b"],",
-                             tools, utf8(dumps(rest)[1:]))))
-
-
 def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: int, reasoning: bool = False,
-              tools: bytes = b"") -> RawJSON | None:
+              tools: bytes | None = None) -> RawJSON | None:
     """The delta reply when only whole units were appended since ``previous`` and they fit: the prompt's previous
     messages stay as they are, so only the new ones are read and rendered; None when the full path must decide."""
     if previous.over_budget or previous.last_position is None or session.last_position is None:
@@ -144,10 +138,11 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
     keep_prompt(sidecar, session.session_id, previous)
     previous.revision = sidecar.next_revision()
     sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
-    rest = {"tokens": tokens, "dropped": session.context_count - len(previous.messages), "overBudget": False,
-            "usage": unstructure(sidecar.usage(session)), "revision": previous.revision, "stablePrefix": keep,
-            "cacheBreakpoints": previous.breakpoints(keep), "delta": True, "keep": keep}
-    return _reply(messages, items, rest, tools)
+    dropped = session.context_count - len(previous.messages)
+    result = AssembleResult(messages=[], items=[], tokens=tokens, dropped=dropped, over_budget=False,
+                            usage=sidecar.usage(session), revision=previous.revision, stable_prefix=keep,
+                            cache_breakpoints=previous.breakpoints(keep), delta=True, keep=keep)
+    return encode_assemble_result(result, messages, items, tools)
 
 
 def announce_prune(sidecar: Sidecar, session: SessionRow, after: int, upto: int, plan: Assembly,
@@ -201,6 +196,9 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         want = max(want * 2, 2 * sum(item.tokens for item in raw))
 
 
+PRUNED_TAIL = context_item_tail(PLACEHOLDER_TOKENS, pruned=True)
+
+
 def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
            reasoning: bool = False) -> tuple[list[bytes], list[str], list[ItemRow]]:
     """The chosen items as OpenAI messages (UTF-8 JSON), as ``items`` entries (JSON text), and as the rows.
@@ -217,11 +215,11 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
     for item in chosen:
         if item.kind == "summary":
             messages.append(utf8(dumps({"role": "user", "content": render_stored_summary(summaries[item.ref_id])})))
-            items.append(f'{{"kind":"summary","id":{dumps(item.ref_id)},"tokens":{item.tokens}}}')
+            items.append(context_item_head("summary", item.ref_id) + context_item_tail(item.tokens))
             continue
         pruned = item.position in plan.pruned
         entry = None if reasoning or item.position in plan.answered else rendered.get(item.position, pruned)
-        tail = f'{PLACEHOLDER_TOKENS},"pruned":true}}' if pruned else f"{item.tokens}}}"
+        tail = PRUNED_TAIL if pruned else context_item_tail(item.tokens)
         if entry is None:
             missing.append((len(messages), item))
             messages.append(b"")
@@ -247,7 +245,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
         message = openai_view(raws[item.position], reasoning)
         if pruned:
             message["content"] = f"{PRUNED_PLACEHOLDER} (id {item.ref_id})"
-        head = item_head(item.ref_id)
+        head = context_item_head("message", item.ref_id)
         items[index] = head + items[index]
         if reasoning and item.position not in plan.answered:
             messages[index] = utf8(dumps(message))
