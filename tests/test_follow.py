@@ -115,11 +115,20 @@ async def read_until(stream: asyncio.StreamReader, pattern: str) -> list[str]:
             return seen
 
 
+def interruptible() -> None:
+    """In the child before it starts: SIGINT at its default, as a terminal's foreground job has it.
+
+    A test run started in the background by a non-interactive shell inherits SIGINT ignored, and the command
+    rightly keeps ignoring it then.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def start_follow(path: Path, db: Path) -> Any:
     """``context-sidecar import --follow`` as a subprocess."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sidecar", "import", "--follow", str(path), "--db", str(db),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=interruptible)
 
 
 async def stop(process: Any) -> tuple[int, str]:
@@ -162,7 +171,8 @@ async def test_ctrl_c_in_a_terminal_reaches_the_server_too_and_still_exits_0(tmp
     live.write_text((FIXTURES / "codex-0.46-rollout.jsonl").read_text())
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sidecar", "import", "--follow", str(live), "--db", str(db),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        preexec_fn=interruptible)
     assert process.stdout is not None
     await read_until(process.stdout, "messages in session")
     os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -87,8 +88,11 @@ class Follower:
         self._reported.update(step.skipped)
         return step
 
-    async def run(self, report: Callable[[Step], None], poll: float = POLL_SECONDS) -> None:
-        """Step every ``poll`` seconds until cancelled."""
-        while True:
+    async def run(self, report: Callable[[Step], None], poll: float = POLL_SECONDS,
+                  stop: asyncio.Event | None = None) -> None:
+        """Step every ``poll`` seconds until ``stop`` is set (after the step under way) or the task is cancelled."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
             report(await self.step())
-            await asyncio.sleep(poll)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll)

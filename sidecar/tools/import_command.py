@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import signal
 import sys
@@ -63,13 +64,35 @@ async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> 
         client = await spawning
     finally:
         signal.signal(signal.SIGINT, handler)
+    stop = asyncio.Event()
     async with client:
         await client.sessions()  # opens the database now, so the first entry is not kept waiting for it
         follower = Follower(client, path, session, fmt)
         say(f"context-sidecar import: following {path} (Ctrl-C stops)")
         say(f"  storage: {client.capabilities.get('storage')}")
-        await follower.run(lambda step: _report(follower, step))  # until Ctrl-C: KeyboardInterrupt, exit 0
+        _stop_on_ctrl_c(stop)
+        await follower.run(lambda step: _report(follower, step), stop=stop)
+    say("context-sidecar import: stopped")
     return 0
+
+
+def _stop_on_ctrl_c(stop: asyncio.Event) -> None:
+    """The first Ctrl-C sets ``stop``, so the import under way ends first; a second one interrupts at once.
+
+    Not when SIGINT was ignored at start (a job a non-interactive shell started in the background): as for any
+    command, the terminal's Ctrl-C is then not meant for it.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        return
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    with contextlib.suppress(NotImplementedError):  # no loop signal handlers here: Ctrl-C cancels as asyncio does
+        loop.add_signal_handler(signal.SIGINT, first)
 
 
 def _report(follower: Follower, step: Step) -> None:
