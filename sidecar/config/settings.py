@@ -128,6 +128,11 @@ class CompactionSettings:
     min_savings: float = attrs.field(default=0.10, validator=between(0.0, 1.0))
     """A compaction saving less than this share of the context is skipped: its rewrite would not pay."""
 
+    @property
+    def automatic(self) -> bool:
+        """Whether sessions compact on their own: ``auto`` on and ``maxTokens`` not -1."""
+        return self.auto and self.max_tokens != -1
+
 
 @attrs.define(frozen=True)
 class PruneSettings:

@@ -30,9 +30,14 @@ def reserve_for(context_window: int, settings: CompactionSettings) -> int:
     return min(settings.reserve_tokens, context_window // 2)
 
 
+def default_budget(context_window: int, settings: CompactionSettings) -> int:
+    """What an assemble with no ``budget`` may fill: the window less the reply's reserve."""
+    return context_window - reserve_for(context_window, settings)
+
+
 def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:
     """Tokens at which auto-compaction starts: the smallest of maxTokens (> 0), threshold share, window - reserve."""
-    candidates = [int(settings.threshold * context_window), context_window - reserve_for(context_window, settings)]
+    candidates = [int(settings.threshold * context_window), default_budget(context_window, settings)]
     if settings.max_tokens > 0:
         candidates.append(settings.max_tokens)
     return max(1, min(candidates))

@@ -11,7 +11,7 @@ from sidecar.assemble_reply import context_item_head, context_item_tail, encode_
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
-from sidecar.engine.usage import reserve_for
+from sidecar.engine.usage import default_budget
 from sidecar.services.errors import invalid_params
 from sidecar.services.memory import iso
 from sidecar.services.prompt import Prompt, leading_breakpoints
@@ -33,7 +33,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     session = sidecar.session(params.session_id)
     compaction = sidecar.settings.compaction
     window = sidecar.context_window(session)
-    budget = window - reserve_for(window, compaction) if params.budget is None else params.budget
+    budget = default_budget(window, compaction) if params.budget is None else params.budget
     if budget < 0:
         raise invalid_params("budget must not be negative", "budget")
     fresh_tail = compaction.fresh_tail if params.fresh_tail is None else params.fresh_tail

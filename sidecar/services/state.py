@@ -21,7 +21,7 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is
 from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, smoothed_growth, step_pays
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
-from sidecar.engine.usage import compaction_threshold, reserve_for, usage_figures
+from sidecar.engine.usage import compaction_threshold, default_budget, usage_figures
 from sidecar.services.errors import SidecarError, unknown_session
 from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 
@@ -276,12 +276,12 @@ class Sidecar:
         longer fits the default budget (compaction is failing or skipped; pruning is what keeps old messages in).
         """
         prune, compaction = self.settings.prune, self.settings.compaction
-        if prune.postpone_compaction or not compaction.auto or compaction.max_tokens == -1:
+        if prune.postpone_compaction or not compaction.automatic:
             return True
         factor = session.calibration
         window = self.context_window(session)
         whole = session.context_tokens * factor
-        if whole > window - reserve_for(window, compaction):
+        if whole > default_budget(window, compaction):
             return True
         rule = self.prune_rule()
         saved = step.tokens * factor - step.count * rule.placeholder_tokens

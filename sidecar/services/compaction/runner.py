@@ -241,7 +241,7 @@ class CompactionRunner:
     def maybe_auto(self, session_id: str, usage: Usage) -> None:
         """Start a background compaction when the session is over its threshold and nothing holds it back."""
         settings = self.sidecar.settings.compaction
-        if not settings.auto or settings.max_tokens == -1 or usage.tokens < usage.threshold:
+        if not settings.automatic or usage.tokens < usage.threshold:
             return
         if session_id in self.sidecar.compacting:
             return
