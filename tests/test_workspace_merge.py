@@ -49,13 +49,19 @@ def strip(assembled: dict[str, Any]) -> Any:
     return [(item["id"], item["kind"]) for item in assembled["items"]], assembled["messages"]
 
 
-async def test_a_workspace_file_is_merged_whole_and_then_set_aside(tmp_path: Path) -> None:
+def layout(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """The data directory, a workspace root, the root's per-workspace file of before (its directory made) and the
+    per-user database."""
     data = tmp_path / "data"
     root = tmp_path / "proj"
     root.mkdir()
     legacy = Path(legacy_workspace_path_for(data, root))
     legacy.parent.mkdir(parents=True)
-    user_db = data / "context-sidecar" / "memory.duckdb"
+    return data, root, legacy, data / "context-sidecar" / "memory.duckdb"
+
+
+async def test_a_workspace_file_is_merged_whole_and_then_set_aside(tmp_path: Path) -> None:
+    data, root, legacy, user_db = layout(tmp_path)
     before_user = await fill(user_db, {"agent": 12})
     before_legacy = await fill(legacy, {"edit": 40, "other": 5}, compact="edit")
     listed, after = await open_workspace(data, root)
@@ -75,12 +81,7 @@ async def test_a_workspace_file_is_merged_whole_and_then_set_aside(tmp_path: Pat
 
 
 async def test_a_session_in_both_files_keeps_the_workspace_file(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    root = tmp_path / "proj"
-    root.mkdir()
-    legacy = Path(legacy_workspace_path_for(data, root))
-    legacy.parent.mkdir(parents=True)
-    user_db = data / "context-sidecar" / "memory.duckdb"
+    data, root, legacy, user_db = layout(tmp_path)
     await fill(user_db, {"same": 4})
     await fill(legacy, {"same": 6, "fresh": 3})
     listed, _ = await open_workspace(data, root)
