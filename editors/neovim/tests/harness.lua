@@ -63,6 +63,15 @@ function M.match(text, pattern, message)
 end
 
 ---Wait up to `timeout_ms` for `cond()`; fails the test with `what` otherwise.
+--- Runs body, then cleanup even when body fails; a failure of body is raised again afterwards.
+function M.finally(body, cleanup)
+  local ok, err = pcall(body)
+  cleanup()
+  if not ok then
+    error(err, 0)
+  end
+end
+
 function M.wait_for(what, cond, timeout_ms)
   local ok = vim.wait(timeout_ms or 10000, cond, 20)
   if not ok then

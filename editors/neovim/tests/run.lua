@@ -327,7 +327,7 @@ local function main()
   t.test(':checkhealth context_sidecar reports a missing server, one that fails, and wrong options', function()
     local config = require('context_sidecar.config')
     local saved = config.options
-    local ok, err = pcall(function()
+    t.finally(function()
       config.options = vim.tbl_extend('force', vim.deepcopy(saved), {
         cmd = { 'no-such-context-sidecar' },
         restart = { limit = -1, window_ms = 1000 },
@@ -344,11 +344,9 @@ local function main()
       report = checkhealth()
       text = vim.inspect(report)
       t.ok(find(report, 'ERROR', 'did not answer with a version: exit code 3, output "no such flag"'), text)
+    end, function()
+      config.options = saved
     end)
-    config.options = saved
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test('statusline moves through ok, suggest, compact and overflow', function()
@@ -498,7 +496,7 @@ local function main()
       t.skip('the server does not answer context/compact yet')
     end
     local llm = fake_llm.start()
-    local ok, err = pcall(function()
+    t.finally(function()
       restart_with_llm(llm)
       t.eq(sidecar.server_capabilities.summarizer, 'openai')
       local before = ingest('cancel', conversation('c')).usage
@@ -514,11 +512,9 @@ local function main()
       t.eq(after.tokens, before.tokens)
       t.eq(after.summaries, 0)
       t.ok(after.state ~= 'compacting', after.state)
+    end, function()
+      llm.close()
     end)
-    llm.close()
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test(':ContextCompact tells the user when the summarizer fails', function()
@@ -526,7 +522,7 @@ local function main()
       t.skip('the server does not answer context/compact yet')
     end
     local llm = fake_llm.start({ status = 400 })
-    local ok, err = pcall(function()
+    t.finally(function()
       restart_with_llm(llm)
       local before = ingest('failing', conversation('f')).usage
       sidecar.set_session('failing')
@@ -543,11 +539,9 @@ local function main()
         end, notifications) == 1
       end)
       t.eq(request('context/usage', { sessionId = 'failing' }).tokens, before.tokens)
+    end, function()
+      llm.close()
     end)
-    llm.close()
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test('the statusline follows an agent\'s session of the workspace, live, and :ContextCompact compacts it', function()
@@ -572,7 +566,7 @@ local function main()
     t.eq(listed_at_start, {})
     t.eq(sidecar.statusline(), 'ctx –')
     local agent = start_agent(workspace)
-    local ok, err = pcall(function()
+    t.finally(function()
       local first = agent.request('memory/ingest', { sessionId = 'agent-1', messages = conversation('a') }).usage
       t.wait_for('the agent\'s usage in the statusline', function()
         local usage = sidecar.usage()
@@ -607,11 +601,9 @@ local function main()
       end)
       -- The agent sees the compaction in the memory they share.
       t.eq(agent.request('context/usage', { sessionId = 'agent-1' }).tokens, compaction.result.tokensAfter)
+    end, function()
+      agent.close()
     end)
-    agent.close()
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test(':ContextUsage shows the prompt cache hit rate when the server sends it', function()
@@ -648,7 +640,7 @@ local function main()
     restart_in(workspace, { follow_workspace = false })
     t.eq(sidecar.workspace(), nil)
     local agent = start_agent(workspace)
-    local ok, err = pcall(function()
+    t.finally(function()
       agent.request('memory/ingest', { sessionId = 'agent-2', messages = { big_message('b1', 100) } })
       -- The host would send agent-2's usage to this connection before the reply to its own later ingest.
       local mine = ingest('mine', { big_message('n1', 200) }).usage
@@ -667,11 +659,9 @@ local function main()
         return usage ~= nil and usage.tokens == agents.tokens
       end)
       t.eq(status.selected, 'agent-2')
+    end, function()
+      agent.close()
     end)
-    agent.close()
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test(':ContextSession on an agent\'s session of another workspace follows it live', function()
@@ -686,17 +676,15 @@ local function main()
       return status.selected == 'agent-1' and sidecar.usage() ~= nil
     end)
     local agent = start_agent(agent_workspace)
-    local ok, err = pcall(function()
+    t.finally(function()
       local after = agent.request('memory/ingest', { sessionId = 'agent-1', messages = { big_message('a-last', 200) } }).usage
       t.wait_for('the agent\'s ingest in the statusline', function()
         return sidecar.usage().tokens == after.tokens
       end)
       t.eq(sidecar.statusline(), status.format(after))
+    end, function()
+      agent.close()
     end)
-    agent.close()
-    if not ok then
-      error(err, 0)
-    end
   end)
 
   t.test('a crashed server is restarted, up to the limit', function()
