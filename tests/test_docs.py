@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -46,3 +47,18 @@ def test_the_readme_is_short_and_starts_with_use() -> None:
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
     assert headings[:2] == ["Install", "An agent on the Python client"]
     assert len(text.splitlines()) <= 357
+
+
+def test_the_vs_code_readme_names_the_extension_by_its_id() -> None:
+    package = json.loads((ROOT / "editors" / "vscode" / "package.json").read_text(encoding="utf-8"))
+    readme = (ROOT / "editors" / "vscode" / "README.md").read_text(encoding="utf-8")
+    ids = re.findall(r"getExtension\('([^']+)'\)", readme)
+    assert ids and set(ids) == {f"{package['publisher']}.{package['name']}"}
+
+
+@pytest.mark.parametrize("editor", ["neovim", "vscode"])
+def test_the_editor_readmes_set_up_the_database_agents_use(editor: str) -> None:
+    readme = (ROOT / "editors" / editor / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"^```\w*\n(.*?)^```", readme, flags=re.S | re.M))
+    assert "--db" not in code, "an editor with a database of its own does not see the agents' sessions"
+    assert "pipx install ." in readme, "the README does not say how to put context-sidecar on PATH"
