@@ -1,4 +1,4 @@
-"""Test helpers that ship with the package: a scripted fake LLM provider (three APIs), a refusing proxy, a stand-in model."""
+"""Test helpers shipped with the package: a scripted fake LLM provider, a refusing proxy, a stand-in model."""
 
 from __future__ import annotations
 
