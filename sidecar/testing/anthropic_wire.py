@@ -38,7 +38,7 @@ def _blocks(reply: Reply) -> list[dict[str, Any]]:
                        "signature": reply.signature or fake_signature(reply.thinking)})
     if reply.answer or not reply.tool_calls:
         blocks.append({"type": "text", "text": reply.answer})
-    for call in reply.tool_calls:
+    for call in reply.calls:
         blocks.append({"type": "tool_use", "id": call.id or new_id("toolu_"), "name": call.name,
                        "input": _parsed(call.arguments), "_json": call.arguments_json})
     return blocks

@@ -40,7 +40,7 @@ def _items(reply: Reply) -> list[dict[str, Any]]:
     if reply.answer or not reply.tool_calls:
         items.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": reply.answer}]})
-    for call in reply.tool_calls:
+    for call in reply.calls:
         item = {"id": new_id("fc_"), "type": "function_call", "status": "completed",
                 "arguments": call.arguments_json, "call_id": call.id or new_id("call_"), "name": call.name}
         if call.namespace:
@@ -136,7 +136,7 @@ def _finish_reason(reply: Reply) -> str:
 
 def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
     return [{"id": call.id or new_id("call_"), "type": "function",
-             "function": {"name": call.name, "arguments": call.arguments_json}} for call in reply.tool_calls]
+             "function": {"name": call.name, "arguments": call.arguments_json}} for call in reply.calls]
 
 
 def _envelope(body: dict[str, Any], kind: str, cid: str) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class Reply:
 
     text: str | None = None
     """The answer's text; None is the default text, or no text when the reply makes tool calls."""
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ToolCall | tuple[str, str, str], ...] = ()
     """Tool calls after the text; an ``(id, name, arguments JSON)`` triple is read as a ``ToolCall``."""
     thinking: str | None = None
     """Thinking before the answer (Anthropic thinking block, Responses reasoning item, Chat ``reasoning_content``)."""
@@ -82,10 +82,11 @@ class Reply:
     stream_error: str | None = None
     """Streaming only: after the content, send the API's error event with this message instead of finishing."""
 
-    def __post_init__(self) -> None:
-        calls = tuple(c if isinstance(c, ToolCall) else ToolCall(id=c[0], name=c[1], arguments=c[2])
-                      for c in self.tool_calls)
-        object.__setattr__(self, "tool_calls", calls)
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls, each a ``ToolCall``."""
+        return tuple(c if isinstance(c, ToolCall) else ToolCall(id=c[0], name=c[1], arguments=c[2])
+                     for c in self.tool_calls)
 
     @property
     def answer(self) -> str:
@@ -160,7 +161,7 @@ def estimate(chars: int) -> int:
 def resolved_usage(reply: Reply, prompt_chars: int) -> Usage:
     """The reply's usage with every figure filled in."""
     given = reply.usage or Usage()
-    output_chars = len(reply.answer) + len(reply.thinking or "") + sum(len(c.arguments_json) for c in reply.tool_calls)
+    output_chars = len(reply.answer) + len(reply.thinking or "") + sum(len(c.arguments_json) for c in reply.calls)
     return Usage(input=given.input if given.input is not None else estimate(prompt_chars),
                  output=given.output if given.output is not None else estimate(output_chars),
                  cache_read=given.cache_read, cache_write=given.cache_write)
