@@ -26,6 +26,8 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
+  setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
@@ -114,6 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
 
+    hook = commands.add_parser(
+        "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
+        description="Read a Claude Code hook's JSON on stdin and act on it through the shared host: PreCompact imports "
+                    "the transcript to its last line; SessionStart (source compact) prints additionalContext with the "
+                    "session's standing rules and the files it modified and read; PostCompact records Claude Code's "
+                    "summary with the session. It always exits 0 within 20 s: a problem (bad input, an unknown event, "
+                    "a missing transcript, no host) is one line on stderr and in the log (--log-file, default "
+                    "hook.log in the per-user log directory), and Claude Code goes on.")
+    hook.add_argument("agent", metavar="AGENT", help="the agent whose hook this is: claude-code")
+
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
         description="Open --db and serve it on a Unix socket to every context-sidecar relaying to it; exit, with "
@@ -166,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off)
+    if args.command == "hook":
+        from sidecar.tools.hook import run_hook
+
+        return run_hook(args.agent, db=args.db, log_file=args.log_file)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")
