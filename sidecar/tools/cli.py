@@ -28,7 +28,7 @@ commands:
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
-  host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
+  host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
 socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
