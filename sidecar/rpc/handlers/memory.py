@@ -14,6 +14,7 @@ from protocol.types import (
     ImportParams,
     IngestParams,
     PinParams,
+    RulesParams,
     SessionsParams,
 )
 from sidecar.rpc.server import SidecarServer
@@ -56,6 +57,12 @@ async def grep(ls: SidecarServer, params: GrepParams) -> Any:
 
 async def describe(ls: SidecarServer, params: DescribeParams) -> Any:
     return unstructure(memory.describe(ls.sidecar, params))
+
+
+async def rules(ls: SidecarServer, params: RulesParams) -> Any:
+    result = memory.rules(ls.sidecar, params)
+    ls.settle_later()  # a scan of the session's messages
+    return unstructure(result)
 
 
 async def sessions(ls: SidecarServer, params: SessionsParams) -> Any:
