@@ -26,6 +26,7 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
@@ -114,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
 
+    from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
+
+    add_proxy(commands, in_command)
+
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
         description="Open --db and serve it on a Unix socket to every context-sidecar relaying to it; exit, with "
@@ -166,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off)
+    if args.command == "proxy":
+        from sidecar.tools.proxy_command import ProxyOptions, run_proxy
+
+        return run_proxy(ProxyOptions.from_args(args))
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")
