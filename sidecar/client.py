@@ -16,7 +16,7 @@ from typing import IO, Any, TypeVar
 from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
-from sidecar.rpc.framing import Frame, FrameReader, encode
+from sidecar.framing import Frame, FrameReader, encode
 from sidecar.wire import ParamsError, structure, unstructure
 
 log = logging.getLogger(__name__)

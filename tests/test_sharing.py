@@ -26,8 +26,8 @@ from protocol import methods
 from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.config.sockets import socket_path
+from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
-from sidecar.rpc.framing import FrameReader
 
 CLI = [sys.executable, "-m", "sidecar"]
 WAIT = 30.0

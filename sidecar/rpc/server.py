@@ -18,7 +18,7 @@ from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
 from sidecar.config.settings import summarizer_name
-from sidecar.rpc.framing import Frame, FrameReader, watch_input
+from sidecar.framing import Frame, FrameReader, watch_input
 from sidecar.rpc.pygls_adapter import SidecarProtocol
 from sidecar.rpc.startup import sidecar_capabilities
 from sidecar.services.compaction.runner import CompactionRunner, PeerRequestFailed

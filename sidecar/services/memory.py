@@ -34,9 +34,9 @@ from sidecar.config.paths import workspace_key
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.messages import MessageRow, check_message, message_row
 from sidecar.engine.rules import footer_rules
+from sidecar.rows import StoredMessage, SummaryRow
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
 
 DEFAULT_TOKEN_CAP = 4000

@@ -15,6 +15,15 @@ import attrs
 import duckdb
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT
+from sidecar.rows import (
+    Anchors,
+    ItemRow,
+    SearchHit,
+    SessionRow,
+    StorageFailure,
+    StoredMessage,
+    utcnow,
+)
 from sidecar.storage.anchors import AnchorQueries
 from sidecar.storage.connection import (
     CHECKPOINT_WAL_BYTES,
@@ -29,15 +38,6 @@ from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
-from sidecar.storage.rows import (
-    Anchors,
-    ItemRow,
-    SearchHit,
-    SessionRow,
-    StorageFailure,
-    StoredMessage,
-    utcnow,
-)
 from sidecar.storage.tail import TailCache
 
 log = logging.getLogger(__name__)

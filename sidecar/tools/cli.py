@@ -27,7 +27,7 @@ commands:
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
   proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
-  host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
+  host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
 socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
