@@ -42,6 +42,8 @@ class Branch:
     messages: list[dict[str, Any]] = attrs.Factory(list)
     rendered: collections.OrderedDict[tuple[Any, ...], list[str]] = attrs.Factory(collections.OrderedDict)
     """Units rendered, by what they were rendered from."""
+    scale: float = 1.0
+    """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
 
     def common(self, ids: Sequence[str]) -> int:
         """How many leading ids of ``ids`` are this path's."""

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from protocol import errors as codes
-from protocol.types import ContextItem
+from protocol.types import AssembleResult, ContextItem
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
@@ -189,8 +189,37 @@ class Proxy:
 
     async def _assembled(self, adapter: Adapter, request: Request, branch: Branch,
                          extra: Sequence[Unit] = (), extra_ids: Sequence[str] = ()) -> bytes:
-        """The body with its conversation replaced by the sidecar's assembled context (then ``extra`` units)."""
+        """The body with its conversation replaced by the sidecar's assembled context (then ``extra`` units).
+
+        The sidecar counts its own messages; the provider's JSON of them is larger. A context whose rendering
+        turns out over the budget is assembled again within a budget scaled by what rendering added, a scale the
+        branch keeps (the budget stays the same from request to request, so the prompt's prefix does too).
+        """
         budget = self.budget(request)
+        for attempt in range(2):
+            result = await self._assemble(branch, math.floor(budget / branch.scale))
+            elements, ends = await self._render(adapter, branch, branch.items, branch.messages)
+            for unit, uid in zip(extra, extra_ids, strict=True):
+                parts = adapter.parts(unit)
+                elements += adapter.render_unit(unit, [Item("message", part_id(uid, index, len(parts)), part)
+                                                       for index, part in enumerate(parts)])
+            rendered = math.ceil((sum(len(element) + 1 for element in elements) + 1) / 4)
+            if rendered <= budget or attempt or not result.tokens:
+                break
+            branch.scale = max(branch.scale, rendered / result.tokens * 1.05)
+            log.info("session %s: the rendered context (%d tokens) is over the budget (%d): scale %.2f",
+                     branch.session_id, rendered, budget, branch.scale)
+            branch.forget_prompt()
+        own, marker = adapter.marker(request)
+        wanted = sorted({ends[index] for index in result.cache_breakpoints or () if 0 <= index < len(ends)})
+        room = max(0, MAX_MARKERS - own)
+        elements = adapter.finish(elements, wanted[len(wanted) - room:] if room else [], marker)
+        start, end = request.conversation
+        text = request.text
+        return (text[:start] + "[" + ",".join(elements) + "]" + text[end:]).encode()
+
+    async def _assemble(self, branch: Branch, budget: int) -> AssembleResult:
+        """context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""
         result = await self.client.assemble(branch.session_id, budget=budget, since=branch.revision)
         if result.over_budget:
             log.info("session %s: over budget even at its fresh tail; compacting before sending", branch.session_id)
@@ -199,23 +228,12 @@ class Proxy:
             result = await self.client.assemble(branch.session_id, budget=budget)
         if result.delta and branch.revision is not None:
             keep = result.keep or 0
-            items = branch.items[:keep] + result.items
-            messages = branch.messages[:keep] + result.messages
+            branch.items = branch.items[:keep] + result.items
+            branch.messages = branch.messages[:keep] + result.messages
         else:
-            items, messages = list(result.items), list(result.messages)
-        branch.revision, branch.items, branch.messages = result.revision, items, messages
-        elements, ends = await self._render(adapter, branch, items, messages)
-        for unit, uid in zip(extra, extra_ids, strict=True):
-            parts = adapter.parts(unit)
-            elements += adapter.render_unit(unit, [Item("message", part_id(uid, index, len(parts)), part)
-                                                   for index, part in enumerate(parts)])
-        own, marker = adapter.marker(request)
-        wanted = sorted({ends[index] for index in result.cache_breakpoints or () if 0 <= index < len(ends)})
-        elements = adapter.finish(elements, wanted[max(0, len(wanted) - (MAX_MARKERS - own)):] if own < MAX_MARKERS
-                                  else [], marker)
-        start, end = request.conversation
-        text = request.text
-        return (text[:start] + "[" + ",".join(elements) + "]" + text[end:]).encode()
+            branch.items, branch.messages = list(result.items), list(result.messages)
+        branch.revision = result.revision
+        return result
 
     async def _render(self, adapter: Adapter, branch: Branch, items: Sequence[ContextItem],
                       messages: Sequence[dict[str, Any]]) -> tuple[list[str], list[int]]:

@@ -122,9 +122,17 @@ class AnthropicAdapter(Adapter):
             # The budget left out the user message before it: the API wants a user message first.
             elements.insert(0, compact({"role": "user", "content": "[earlier conversation in memory]"}))
             breakpoints = [index + 1 for index in breakpoints]
-        for index in breakpoints:
-            if 0 <= index < len(elements):
-                elements[index] = with_marker(elements[index], marker or DEFAULT_MARKER)
+        marked: set[int] = set()
+        for index in sorted(breakpoints, reverse=True):
+            # A message whose content is a string takes no marker without being rewritten (and so unlike the
+            # same message in the next request): the marker goes on the nearest message before it that takes one.
+            while 0 <= index < len(elements) and index not in marked:
+                changed = with_marker(elements[index], marker or DEFAULT_MARKER)
+                if changed is not None:
+                    elements[index] = changed
+                    marked.add(index)
+                    break
+                index -= 1
         return elements
 
     def recorder(self, stream: bool) -> Recorder:
@@ -255,27 +263,26 @@ def from_openai(message: dict[str, Any]) -> dict[str, Any]:
                            "input": arguments if isinstance(arguments, dict) else {"value": arguments}})
         return {"role": "assistant", "content": blocks or [{"type": "text", "text": "…"}]}
     text = content if isinstance(content, str) else blocks_to_text(content)
-    return {"role": "user", "content": text or "…"}
+    return {"role": "user", "content": [{"type": "text", "text": text or "…"}]}
 
 
-def with_marker(text: str, marker: str) -> str:
-    """A message's JSON with a cache marker on its last block that takes one, every other byte as it was."""
+def with_marker(text: str, marker: str) -> str | None:
+    """A message's JSON with a cache marker on its last block that takes one, every other byte as it was; None
+    when none does (string content, thinking only)."""
     try:
         _, spans, _ = object_members(text)
         start = spans["content"][0]
-        if text[start] == '"':
-            message = json.loads(text)
-            message["content"] = [{"type": "text", "text": message["content"], "cache_control": json.loads(marker)}]
-            return compact(message) if message["content"][0]["text"] else text
+        if text[start] != "[":
+            return None
         blocks, values, _ = array_elements(text, start)
     except (JsonTextError, KeyError, ValueError):
-        return text
+        return None
     for (begin, finish), block in zip(reversed(blocks), reversed(values), strict=True):
         if block.get("type") in NO_MARKER_BLOCKS or (block.get("type") == "text" and not block.get("text")):
             continue
         inside = text[begin:finish].rstrip()
         return text[:begin] + inside[:-1] + ',"cache_control":' + marker + "}" + text[finish:]
-    return text
+    return None
 
 
 class StreamRecorder(Recorder):

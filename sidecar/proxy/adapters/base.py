@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from sidecar.proxy.jsontext import JsonTextError, Span, array_elements, object_members
+from sidecar.proxy.jsontext import JsonTextError, Span, array_elements, object_members, value_at
 
 
 class BadRequest(Exception):
@@ -135,6 +135,8 @@ class Adapter(abc.ABC):
         key = self.conversation_key
 
         def elements(text: str, index: int) -> tuple[Any, int]:
+            if text[index:index + 1] != "[":
+                return value_at(text, index)  # not an array: check() says so as the API would
             spans, values, end = array_elements(text, index, known)
             found[:] = spans
             return values, end
