@@ -149,11 +149,11 @@ async def test_a_streamed_answer_reaches_the_client_byte_for_byte_and_is_recorde
     try:
         async with running_proxy(tmp_path, upstream) as proxy:
             body = {"model": "m", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-            async with httpx2.AsyncClient() as http:
-                async with http.stream("POST", f"{proxy.url}/v1/messages", json=body,
-                                       headers={"x-context-sidecar-session": "canned"}) as response:
-                    received = b"".join([chunk async for chunk in response.aiter_raw()])
-                    assert response.headers["content-type"] == "text/event-stream"
+            async with httpx2.AsyncClient() as http, http.stream(
+                    "POST", f"{proxy.url}/v1/messages", json=body,
+                    headers={"x-context-sidecar-session": "canned"}) as response:
+                received = b"".join([chunk async for chunk in response.aiter_raw()])
+                assert response.headers["content-type"] == "text/event-stream"
             async with reader(proxy.db) as sidecar:
                 found = await sidecar.grep("canned", "<<answer>>", scope="messages")
                 expanded = await sidecar.expand("canned", found.matches[0].id)

@@ -70,11 +70,11 @@ async def test_a_client_that_leaves_mid_stream_leaves_no_answer_stored(tmp_path:
         async with running_proxy(tmp_path, fake.url) as proxy:
             body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [user("first")]}
             headers = {"x-context-sidecar-session": "left"}
-            async with httpx2.AsyncClient() as http:
-                async with http.stream("POST", f"{proxy.url}/v1/messages", json=body, headers=headers) as response:
-                    async for chunk in response.aiter_raw():
-                        if b"<<partial>>" in chunk:
-                            break  # leaves with the answer half read
+            async with httpx2.AsyncClient() as http, http.stream("POST", f"{proxy.url}/v1/messages", json=body,
+                                                                  headers=headers) as response:
+                async for chunk in response.aiter_raw():
+                    if b"<<partial>>" in chunk:
+                        break  # leaves with the answer half read
             await asyncio.to_thread(fake.wait_for, count=1)
             client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
             reply = await client.messages.create(model="m", max_tokens=5, messages=[user("first")],
