@@ -72,6 +72,9 @@ class Proxy:
 
         Should the host fail, the request goes upstream as the agent sent it: the agent never breaks.
         """
+        if not adapter.manageable(request.values):
+            self.stats.unmanaged(conversation.session_id, len(body))
+            return Prepared(body, conversation, None, request.stream)
         values, texts = self._elements(adapter, request, conversation)
         units = adapter.units(values, texts)
         ids = conversation.unit_ids(adapter, units)
@@ -89,6 +92,8 @@ class Proxy:
     async def count(self, adapter: Adapter, request: Request, conversation: Conversation, body: bytes) -> Prepared:
         """count_tokens, nothing stored: the body with the context that would be sent when a branch holds the
         conversation so far (its new messages added as they are), else as the agent sent it."""
+        if not adapter.manageable(request.values):
+            return Prepared(body, conversation, None)
         values, texts = self._elements(adapter, request, conversation)
         units = adapter.units(values, texts)
         ids = conversation.unit_ids(adapter, units)

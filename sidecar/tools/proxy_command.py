@@ -89,6 +89,8 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     from sidecar.client import SidecarClient
     from sidecar.config.settings import read_settings
     from sidecar.proxy.adapters.anthropic import AnthropicAdapter
+    from sidecar.proxy.adapters.chat import ChatAdapter
+    from sidecar.proxy.adapters.responses import ResponsesAdapter
     from sidecar.proxy.app import App, Upstreams
     from sidecar.proxy.core import Proxy
     from sidecar.proxy.http import start_server
@@ -102,11 +104,12 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     client = await SidecarClient.spawn(command, db=options.db, settings=options.settings)
     upstream = Upstream()
     anthropic = AnthropicAdapter()
-    adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic}
+    adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
+                "POST /v1/responses": ResponsesAdapter(), "POST /v1/chat/completions": ChatAdapter()}
     upstreams = Upstreams()
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
-    app = App(Proxy(client, settings, Stats()), upstream, upstreams, dict(adapters),
+    app = App(Proxy(client, settings, Stats()), upstream, upstreams, adapters,
               client.capabilities.get("storage"))
     try:
         server = await start_server(app.handle, HOST, options.port)

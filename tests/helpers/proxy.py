@@ -74,13 +74,13 @@ async def reader(db: Path) -> AsyncIterator[SidecarClient]:
         await client.close()
 
 
-def messages_of(raw: bytes) -> list[str]:
-    """The JSON text of each message of a forwarded Anthropic body, cache markers taken out."""
+def messages_of(raw: bytes, key: str = "messages") -> list[str]:
+    """The JSON text of each message (``key``'s elements) of a forwarded body, cache markers taken out."""
     from sidecar.proxy.jsontext import array_elements, object_members
 
     text = raw.decode()
     _, spans, _ = object_members(text)
-    elements, _, _ = array_elements(text, spans["messages"][0])
+    elements, _, _ = array_elements(text, spans[key][0])
     return [MARKER.sub("", text[start:end]) for start, end in elements]
 
 

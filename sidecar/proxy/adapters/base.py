@@ -143,7 +143,7 @@ class Adapter(abc.ABC):
 
         found: list[Span] = []
         try:
-            values, spans, end = object_members(body, 0, {key: elements} if self.reads_array(body) else None)
+            values, spans, end = object_members(body, 0, {key: elements})
         except JsonTextError as error:
             raise BadRequest(f"the body is not valid JSON: {error}") from None
         if body[end:].strip():
@@ -151,11 +151,12 @@ class Adapter(abc.ABC):
         if key not in spans:
             raise BadRequest(f"{key}: field required")
         request = Request(body, values, spans[key], found)
-        self.check(request)
+        if self.manageable(values):
+            self.check(request)
         return request
 
-    def reads_array(self, body: str) -> bool:
-        """Whether the conversation is always an array (Responses ``input`` may be a string)."""
+    def manageable(self, values: dict[str, Any]) -> bool:
+        """Whether the proxy assembles this request's conversation (else it goes upstream as it is)."""
         return True
 
     @abc.abstractmethod
