@@ -314,6 +314,10 @@ class SidecarClient:
         """memory/describe: one message or summary and its place in the DAG."""
         return await self._call(methods.MEMORY_DESCRIBE, t.DescribeParams(session_id, id), t.DescribeResult)
 
+    async def rules(self, session_id: str) -> t.RulesResult:
+        """memory/rules (*extension*): the session's standing rules and the files it read and modified."""
+        return await self._call(methods.MEMORY_RULES, t.RulesParams(session_id), t.RulesResult)
+
     async def sessions(self) -> t.SessionsResult:
         """memory/sessions: every stored session."""
         return await self._call(methods.MEMORY_SESSIONS, t.SessionsParams(), t.SessionsResult)

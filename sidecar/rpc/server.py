@@ -45,6 +45,7 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.MEMORY_PIN: types.PinParams,
     methods.MEMORY_CALL_TOOL: types.CallToolParams,
     methods.CONTEXT_FOLLOW: types.FollowParams,
+    methods.MEMORY_RULES: types.RulesParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5

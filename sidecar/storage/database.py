@@ -401,6 +401,11 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         ).fetchall()
         return {row[0]: StoredMessage(*row) for row in rows}
 
+    def rule_and_call_messages(self, session_id: str) -> list[tuple[str, str]]:
+        """(raw, text) of the session's user and system messages and tool calls, in order: what its footers read."""
+        return self._scan("SELECT raw, text FROM messages WHERE session_id = ? "
+                          "AND (role IN ('user', 'system') OR tool_call_ids IS NOT NULL) ORDER BY seq", [session_id])
+
     # Search
 
     def search(self, session_id: str, scope: str, pattern: str, *, regex: bool, case_sensitive: bool,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from protocol import methods
 from sidecar import __version__
@@ -27,6 +28,8 @@ commands:
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
   proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
+  hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
+  setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
@@ -68,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", parents=[in_command], help="run the demo session",
                                description="Spawn the real sidecar over stdio, feed it a generated coding-agent "
                                            "session, and print usage, an assembled context and a search hit.")
-    demo.add_argument("--messages", type=int, default=240, help="messages in the generated session (default 240)")
+    demo.add_argument("--messages", type=positive_int, default=240,
+                      help="messages in the generated session, at least 1 (default 240)")
 
     imp = commands.add_parser(
         "import", parents=[in_command], help="import a transcript file",
@@ -111,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "cache read, cache write, and plain input (default read=0.1,write=1.25,input=1, "
                              "Anthropic's 5-minute cache); any subset, each a number >= 0. The sidecar weighs its "
                              "prune steps at the same read and write prices")
+    replay.add_argument("--settings", type=settings_object, default=None, metavar="JSON",
+                        help="more sidecar settings, merged section by section over the replay's own, e.g. "
+                             "'{\"compaction\": {\"freshTail\": 8}}' (docs/configuration.md lists them)")
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
@@ -118,6 +125,42 @@ def build_parser() -> argparse.ArgumentParser:
     from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
 
     add_proxy(commands, in_command)
+
+    hook = commands.add_parser(
+        "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
+        description="Read a Claude Code hook's JSON on stdin and act on it through the shared host: PreCompact imports "
+                    "the transcript to its last line; SessionStart (source compact) prints additionalContext with the "
+                    "session's standing rules and the files it modified and read; PostCompact records Claude Code's "
+                    "summary with the session. It always exits 0 within 20 s: a problem (bad input, an unknown event, "
+                    "a missing transcript, no host) is one line on stderr and in the log (--log-file, default "
+                    "hook.log in the per-user log directory), and Claude Code goes on.")
+    hook.add_argument("agent", metavar="AGENT", help="the agent whose hook this is: claude-code")
+
+    setup = commands.add_parser(
+        "setup", parents=[in_command], help="add the memory tools to Claude Code or Codex",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Write context-sidecar's MCP server (the memory tools) into the agent's own user config, and for Claude Code
+its compaction hooks too, so that every session of the agent, claude -p and codex exec included, has them.
+Everything else in those files keeps its bytes; running it again changes nothing; it prints what it changed.""",
+        epilog="""\
+claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.context-sidecar;
+  ~/.claude/settings.json: hooks PreCompact, SessionStart (matcher compact), PostCompact running
+  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (claude -p calls no tool
+  without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
+  Claude Code reads them in a folder you trust.
+codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
+  (codex exec starts no optional server) and default_tools_approval_mode = "approve" (codex exec asks no
+  one). --project: .codex/config.toml, which Codex reads in a trusted project.
+A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
+is written and the exit code is 1. --db PATH is passed on to the server and the hooks.""")
+    setup.add_argument("agent", choices=["claude-code", "codex"], help="the agent to set up")
+    setup.add_argument("--project", nargs="?", const=".", metavar="DIR",
+                       help="write the project's files in DIR (default: this folder) instead of the user config")
+    setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+    setup.add_argument("--remove", action="store_true",
+                       help="take out exactly what setup adds (the server, its hooks and permission entries); a "
+                            "file left empty is deleted")
 
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
@@ -130,6 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     host.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, metavar="SIZE",
                       help=f"DuckDB memory_limit (default {DEFAULT_MEMORY_LIMIT})")
     return parser
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1, or argparse's error (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def settings_object(text: str) -> dict[str, Any]:
+    """``--settings``: a JSON object, or argparse's error (exit 2) saying what is wrong."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object of settings is needed, not {type(value).__name__}")
+    return value
 
 
 def price_table(text: str) -> Prices:
@@ -156,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``context-sidecar``."""
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_file)
+    if args.command in ("demo", "import", "replay"):
+        from sidecar.tools import log_server_like_the_tool
+
+        log_server_like_the_tool(args.verbose or 0, args.log_file)
     if args.command == "demo":
         from sidecar.tools.demo import run_demo
 
@@ -170,7 +239,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_replay(args.file, db=args.db, session=args.session, fmt=args.format,
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
-                          compare_prune_off=args.compare_prune_off)
+                          compare_prune_off=args.compare_prune_off, settings=args.settings)
+    if args.command == "hook":
+        from sidecar.tools.hook import run_hook
+
+        return run_hook(args.agent, db=args.db, log_file=args.log_file)
+    if args.command == "setup":
+        from sidecar.tools.setup import run_setup
+
+        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
     if args.command == "proxy":
         from sidecar.tools.proxy_command import ProxyOptions, run_proxy
 

@@ -26,8 +26,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                         help=f"port on {HOST} to listen on (default {DEFAULT_PORT}; 0: any free port)")
     parser.add_argument("--settings", metavar="FILE", type=settings_file,
-                        help="a JSON object of settings, as initialize's options take them (contextWindow, models, "
-                             "compaction, prune, llm …)")
+                        help="a file holding a JSON object of settings, as initialize's options take them "
+                             "(contextWindow, models, compaction, prune, llm …); inline JSON works too")
     parser.add_argument("--anthropic-upstream", metavar="URL", default=None,
                         help="where Anthropic Messages requests go (default https://api.anthropic.com)")
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
@@ -53,9 +53,12 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def settings_file(path: str) -> dict[str, Any]:
-    """``--settings``: a JSON object read from a file, or argparse's error (exit 2)."""
+    """``--settings``: a JSON object in a file (or given inline, or as @FILE, as other commands take it), or
+    argparse's error (exit 2)."""
     try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        text = path if path.lstrip().startswith("{") else \
+            Path(path.removeprefix("@")).expanduser().read_text(encoding="utf-8")
+        data = json.loads(text)
     except OSError as error:
         raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
     except ValueError as error:
