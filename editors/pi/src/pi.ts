@@ -36,22 +36,55 @@ export interface PiUsage {
   cost: { input: number; output: number; cacheRead: number; cacheWrite: number; total: number };
 }
 
-/** pi's `AgentMessage` union, loosely: what its `context` event carries and takes back. */
+/**
+ * pi's `AgentMessage` union, loosely: what its `context` event carries and takes back. The fields this
+ * extension reads; a message keeps all of pi's when passed through.
+ */
 export interface AgentMessage {
   role: string;
   timestamp: number;
   content?: unknown;
-  [key: string]: unknown;
+  /** assistant */
+  api?: unknown;
+  provider?: unknown;
+  model?: unknown;
+  usage?: unknown;
+  stopReason?: unknown;
+  errorMessage?: unknown;
+  /** toolResult */
+  toolCallId?: unknown;
+  toolName?: unknown;
+  isError?: unknown;
+  details?: unknown;
+  /** custom */
+  customType?: unknown;
+  display?: unknown;
+  /** bashExecution */
+  command?: unknown;
+  output?: unknown;
+  exitCode?: unknown;
+  cancelled?: unknown;
+  excludeFromContext?: unknown;
+  /** branchSummary, compactionSummary */
+  summary?: unknown;
+  fromId?: unknown;
+  tokensBefore?: unknown;
 }
 
-/** One line of a pi session file (SessionEntry); `message` entries hold an AgentMessage. */
+/** One line of a pi session file (SessionEntry): `message` entries hold an AgentMessage. */
 export interface SessionEntry {
   type: string;
   id: string;
   parentId: string | null;
   timestamp: string;
   message?: AgentMessage;
-  [key: string]: unknown;
+  /** custom_message, branch_summary, compaction */
+  content?: unknown;
+  customType?: unknown;
+  display?: unknown;
+  details?: unknown;
+  summary?: unknown;
+  fromId?: unknown;
 }
 
 export interface PiModel {
@@ -126,15 +159,27 @@ export interface ToolInfo {
   parameters: unknown;
 }
 
-type Handler<E, R = void> = (event: E, ctx: ContextView) => Promise<R | undefined> | R | undefined;
+export type Handler<E, R = void> = (event: E, ctx: ContextView) => Promise<R | undefined> | R | undefined;
+
+export interface ContextEvent {
+  messages: AgentMessage[];
+}
+
+export interface ContextResult {
+  messages?: AgentMessage[];
+}
+
+export interface MessageEndEvent {
+  message: AgentMessage;
+}
 
 /** `pi` as an extension's factory receives it. */
 export interface ExtensionApi {
-  on(event: 'session_start', handler: Handler<{ reason: string }>): void;
-  on(event: 'session_shutdown', handler: Handler<{ reason: string }>): void;
+  on(event: 'session_start', handler: Handler<unknown>): void;
+  on(event: 'session_shutdown', handler: Handler<unknown>): void;
   on(event: 'before_agent_start', handler: Handler<unknown>): void;
-  on(event: 'context', handler: Handler<{ messages: AgentMessage[] }, { messages?: AgentMessage[] }>): void;
-  on(event: 'message_end', handler: Handler<{ message: AgentMessage }>): void;
+  on(event: 'context', handler: Handler<ContextEvent, ContextResult>): void;
+  on(event: 'message_end', handler: Handler<MessageEndEvent>): void;
   on(event: 'session_before_compact', handler: Handler<BeforeCompactEvent, BeforeCompactResult>): void;
   registerTool(tool: ToolDefinition): void;
   getActiveTools(): string[];

@@ -6,13 +6,15 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { EXPERIMENTAL_KEY, ErrorCodes, PROTOCOL_VERSION, REQUIRED_METHODS } from './protocol';
-import { Connection, RequestOptions, RpcError } from './rpc';
+import { Connection, ConnectionClosed, RequestOptions, RpcError } from './rpc';
 
 export const CLIENT_NAME = 'context-sidecar-pi';
 export const CLIENT_VERSION = '0.1.0';
 /** How long a start may take: spawning, and a host opening its database for the first time. */
 export const START_TIMEOUT_MS = 20_000;
 const STOP_TIMEOUT_MS = 2_000;
+/** How long a closed connection waits for the process's exit status, which says more. */
+const EXIT_WAIT_MS = 2_000;
 const STDERR_KEPT = 2_000;
 
 export interface StartOptions {
@@ -66,14 +68,15 @@ export class Sidecar {
         this.fail(`context-sidecar ${how}${said ? `: ${said}` : ''}`);
         resolve();
       });
-    });
-    child.on('error', (error: NodeJS.ErrnoException) => {
-      const command = options.command[0];
-      this.fail(
-        error.code === 'ENOENT'
-          ? `cannot run "${command}": not found (install context-sidecar, or set contextSidecar.command or CONTEXT_SIDECAR_COMMAND)`
-          : `cannot run "${command}": ${error.message}`,
-      );
+      child.on('error', (error: NodeJS.ErrnoException) => {
+        const command = options.command[0];
+        this.fail(
+          error.code === 'ENOENT'
+            ? `cannot run "${command}": not found (install context-sidecar, or set contextSidecar.command or CONTEXT_SIDECAR_COMMAND)`
+            : `cannot run "${command}": ${error.message}`,
+        );
+        resolve(); // It never ran, or cannot be reached: no exit status will come.
+      });
     });
     this.connection.onRequest('workspace/configuration', (params: any) =>
       (params?.items ?? []).map((item: { section?: string }) => (item.section === EXPERIMENTAL_KEY ? options.initializationOptions : null)),
@@ -114,12 +117,16 @@ export class Sidecar {
   async request<R>(method: string, params: unknown, options: RequestOptions = {}): Promise<R> {
     await this.ready;
     try {
-      return await this.connection.request<R>(method, params, options);
-    } catch (error) {
-      if (error instanceof RpcError && error.code === ErrorCodes.HOST_CONNECTION_LOST) {
-        return this.connection.request<R>(method, params, options);
+      try {
+        return await this.connection.request<R>(method, params, options);
+      } catch (error) {
+        if (error instanceof RpcError && error.code === ErrorCodes.HOST_CONNECTION_LOST) {
+          return await this.connection.request<R>(method, params, options);
+        }
+        throw error;
       }
-      throw error;
+    } catch (error) {
+      throw error instanceof ConnectionClosed ? await this.whyClosed(error.message) : error;
     }
   }
 
@@ -142,11 +149,21 @@ export class Sidecar {
     this.fail('context-sidecar was stopped');
     const timer = setTimeout(() => this.child.kill('SIGKILL'), STOP_TIMEOUT_MS);
     timer.unref();
-    if (this.child.exitCode === null && this.child.signalCode === null) {
+    if (this.child.exitCode === null && this.child.signalCode === null && this.child.pid !== undefined) {
+      setRef(this.child, true); // Waiting for it to exit is waiting on it.
       this.child.stdin?.end();
       await this.exited;
     }
     clearTimeout(timer);
+  }
+
+  /** The process's exit status once it comes (a closed pipe says less), as an Unavailable. */
+  private async whyClosed(fallback: string): Promise<Unavailable> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.exited, new Promise((resolve) => (timer = setTimeout(resolve, EXIT_WAIT_MS)))]);
+    clearTimeout(timer);
+    this.fail(fallback);
+    return this.failure as Unavailable;
   }
 
   private fail(reason: string): void {
@@ -175,7 +192,11 @@ export class Sidecar {
         { timeoutMs: START_TIMEOUT_MS },
       );
     } catch (error) {
-      this.fail(this.failure?.message ?? `context-sidecar did not start: ${(error as Error).message}`);
+      const reason = `context-sidecar did not start: ${(error as Error).message}`;
+      if (error instanceof ConnectionClosed) {
+        throw await this.whyClosed(reason);
+      }
+      this.fail(reason);
       throw this.failure;
     }
     const server = result?.capabilities?.experimental?.[EXPERIMENTAL_KEY];

@@ -77,8 +77,8 @@ describe('pi entries to wire messages', () => {
     const s = new Session();
     const custom = s.append({ type: 'custom_message', customType: 'notes', content: 'Remember the API freeze.', display: true });
     const summary = s.append({ type: 'branch_summary', fromId: 'x', summary: 'Tried approach A; it failed.' });
-    const bash = s.message({ role: 'bashExecution', command: 'ls', output: 'a.py', exitCode: 2, cancelled: false, truncated: false });
-    const hidden = s.message({ role: 'bashExecution', command: 'env', output: 'SECRET=1', exitCode: 0, cancelled: false, truncated: false, excludeFromContext: true });
+    const bash = s.message({ role: 'bashExecution', command: 'ls', output: 'a.py', exitCode: 2, cancelled: false });
+    const hidden = s.message({ role: 'bashExecution', command: 'env', output: 'SECRET=1', exitCode: 0, cancelled: false, excludeFromContext: true });
     assert.equal(entryToWire(custom)?.content, 'Remember the API freeze.');
     assert.equal(entryToWire(custom)?.metadata?.customType, 'notes');
     assert.equal(

@@ -12,12 +12,11 @@ export class Session {
 
   constructor(readonly id = 'sess-1') {}
 
-  append(entry: Omit<SessionEntry, 'id' | 'parentId' | 'timestamp'> & { id?: string }): SessionEntry {
+  append(entry: Omit<SessionEntry, 'id' | 'parentId' | 'timestamp'> & { id?: string; [key: string]: unknown }): SessionEntry {
     clock += 1000;
     this.counter += 1;
     const { id, ...fields } = entry;
     const full = {
-      type: fields.type,
       id: id ?? `e${String(this.counter).padStart(2, '0')}`,
       parentId: this.leaf,
       timestamp: new Date(clock).toISOString(),
