@@ -28,6 +28,11 @@ const REQUEST_TIMEOUT_MS = 60_000;
 /** `memory_query` may ask the summarizer's model. */
 const TOOL_TIMEOUT_MS = 300_000;
 const MESSAGE_OVERHEAD_TOKENS = 4;
+/**
+ * Budgets are multiples of this: the sidecar refills a prompt whose budget changed (a rewrite, which the
+ * provider's cache misses), so a budget moving by a few tokens of system prompt must not move it.
+ */
+const BUDGET_STEP = 512;
 /** How long a `context` call waits for pi to write the messages it was handed (pi writes them a moment later). */
 const WRITE_WAIT_ROUNDS = 25;
 
@@ -342,7 +347,8 @@ export class PiSidecar {
    * definitions (sent beside the messages), and `extra` (messages pi sends after it).
    */
   private async assemble(sidecar: Sidecar, key: string, ctx: ContextView, model: PiModel, extra: number): Promise<AssembleResult> {
-    const budget = Math.max(0, this.window(model) - this.settings.reserveTokens - this.overhead(ctx) - extra);
+    const room = this.window(model) - this.settings.reserveTokens - this.overhead(ctx) - extra;
+    const budget = Math.max(0, Math.floor(room / BUDGET_STEP) * BUDGET_STEP);
     try {
       return await sidecar.request<AssembleResult>(Methods.CONTEXT_ASSEMBLE, { sessionId: key, budget }, { timeoutMs: REQUEST_TIMEOUT_MS });
     } catch (error) {
