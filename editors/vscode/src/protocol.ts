@@ -23,6 +23,8 @@ export const Methods = {
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_USAGE: 'context/usage',
   CONTEXT_FOLLOW: 'context/follow',
+  MEMORY_WATCH: 'memory/watch',
+  MEMORY_RECORD_COMPACTION: 'memory/recordCompaction',
   CONTEXT_REPORT_USAGE: 'context/reportUsage',
   CONTEXT_DID_CHANGE_USAGE: 'context/didChangeUsage',
   CONTEXT_DID_COMPACT: 'context/didCompact',
