@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.agents.follow import Follower, Step
 from sidecar.client import SidecarClient
 from sidecar.importers import ImportFormatError, parse_transcript
-from sidecar.agents.follow import Follower, Step
 from sidecar.tools.import_command import client_importer
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 

@@ -9,15 +9,7 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.storage.rows import (
-    AgentCompactionRow,
-    ItemRow,
-    SessionRow,
-    SourceMessage,
-    StorageFailure,
-    SummaryRow,
-    utcnow,
-)
+from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \

@@ -23,6 +23,7 @@ export const Methods = {
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_USAGE: 'context/usage',
   CONTEXT_FOLLOW: 'context/follow',
+  MEMORY_RULES: 'memory/rules',
   MEMORY_WATCH: 'memory/watch',
   MEMORY_RECORD_COMPACTION: 'memory/recordCompaction',
   CONTEXT_REPORT_USAGE: 'context/reportUsage',

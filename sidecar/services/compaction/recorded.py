@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from protocol.types import RecordCompactionParams
+from sidecar.rows import AgentCompactionRow
 from sidecar.services.errors import invalid_params
-from sidecar.storage.rows import AgentCompactionRow
 
 MAX_SUMMARY_CHARS = 1_000_000
 """A summary longer than this is no summary: refused rather than stored."""

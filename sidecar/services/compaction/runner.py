@@ -22,8 +22,8 @@ from protocol.types import (
     Usage,
     WillCompactParams,
 )
+from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
-from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import Summarizer, SummarizerError
 from sidecar.wire import unstructure
 
@@ -169,9 +169,9 @@ class CompactionRunner:
         ``upto`` (all of it when None); announced with context/didCompact and its ``source``. Recorded once: a record
         with the id or the text of one recorded before changes nothing.
         """
+        from sidecar.rows import AgentCompactionRow, utcnow
         from sidecar.services.compaction import recorded
         from sidecar.services.compaction.engine import Compaction
-        from sidecar.storage.rows import AgentCompactionRow, utcnow
 
         recorded.check(params)
         session_id = params.session_id

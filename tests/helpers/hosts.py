@@ -1,0 +1,45 @@
+"""Shared databases' hosts in tests: a short runtime directory of a test's own, and the hosts left in it stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sidecar.rpc import handshake
+
+WAIT = 30.0
+
+
+def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:
+    """Connect as a relay would and return the host's handshake."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(WAIT)
+        sock.connect(str(sock_file))
+        sock.sendall(handshake.hello("relay", **extra) if not extra.get("raw") else extra["raw"])
+        line = sock.makefile("rb").readline()
+    return json.loads(line)
+
+
+def host_pid(sock_file: Path) -> int:
+    return int(host_hello(sock_file)["pid"])
+
+
+@contextlib.contextmanager
+def short_runtime() -> Iterator[Path]:
+    """A short XDG_RUNTIME_DIR (socket paths are limited to 108 bytes); its hosts are killed at the end."""
+    path = Path(tempfile.mkdtemp(prefix="cs-"))
+    try:
+        yield path
+    finally:
+        for sock in path.glob("context-sidecar/*.sock"):
+            with contextlib.suppress(Exception):
+                os.kill(host_pid(sock), signal.SIGKILL)
+        shutil.rmtree(path, ignore_errors=True)
