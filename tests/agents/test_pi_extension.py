@@ -141,6 +141,14 @@ async def test_pis_compact_command_compacts_through_the_sidecar(pi: Pi, agent_wo
     described = await memory.describe(session, summary.split('"')[1])
     assert described.kind in ("leaf", "condensed") and described.message_count >= 4
 
+    before = await memory.assemble(session)
+    [path] = pi.sessions()
+    await memory.import_transcript(str(path), session_id=session, format="pi")
+    after = await memory.assemble(session)
+    summaries = [i.id for i in after.items if i.kind == "summary"]
+    assert summaries == [i.id for i in before.items if i.kind == "summary"], \
+        "pi's record of the sidecar's own compaction is not taken for an agent's compaction"
+
 
 async def test_a_memory_tool_call_round_trip(pi: Pi, agent_world: AgentWorld, memory: SidecarClient) -> None:
     configure(pi, window=200_000, reserve=16_384)
