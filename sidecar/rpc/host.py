@@ -168,6 +168,10 @@ class Host:
         """Connections whose client has gone while their requests finish: told of no other session's changes."""
         self.errors = 0
         """Records of ERROR or worse logged: a host that logged none removes its log file when it exits."""
+        from sidecar.rpc.watching import host_watcher
+
+        self.transcripts = host_watcher(self)
+        """Follows the agent transcripts of the workspaces its connections watch (memory/watch)."""
 
     def open(self) -> None:
         """Open the database (ShareError or SidecarError when it cannot be)."""
@@ -204,6 +208,7 @@ class Host:
         finally:
             loop.remove_reader(self._listener.fileno())
             self._close_listener()
+            await self.transcripts.close()
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -270,7 +275,10 @@ class Host:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        task = asyncio.get_running_loop().create_task(self._connection(sock))
+        self.keep(asyncio.get_running_loop().create_task(self._connection(sock)))
+
+    def keep(self, task: asyncio.Task[Any]) -> None:
+        """Keep a task until it ends; the host cancels those still running when it closes."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -390,7 +398,9 @@ class Host:
                 if server is not origin and server not in self.leaving and server.follows(session_id, workspace)]
 
     async def _drop(self, server: Any) -> None:
-        """A connection ended: what still runs of its work is cancelled (a stopping host), it follows nothing."""
+        """A connection ended: what still runs of its work is cancelled (a stopping host); it follows and watches
+        nothing any more."""
+        self.transcripts.drop(server)
         for future in server.protocol.handling():
             future.cancel()
         # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them).
