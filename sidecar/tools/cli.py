@@ -37,6 +37,10 @@ socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context
 context-sidecar on that file relays its stdio to the host, so editors and agents see the same sessions.
 --no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
 is never shared.
+
+Logs: stderr, or --log-file. Through a host, the host also writes the lines of your connection (at your -v)
+to your --log-file, marked [host]; its own log is <hash>.log beside its socket, removed when it exits
+without an error.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
 DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
@@ -277,8 +281,9 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
         if wanted is not None and wanted[2] and wanted[0] != ":memory:":
             from sidecar.rpc import relay
 
-            log_args = ["-v" * verbose] if verbose else []
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id)
+            log_args = ["-" + "v" * verbose] if verbose else []
+            log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
             if code is not None:
                 return code
         early_start.preload()
