@@ -265,13 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_proxy(ProxyOptions.from_args(args))
     if args.command == "wrap":
+        from sidecar.tools.proxy_command import ProxyOptions as WrapOptions
         from sidecar.tools.wrap_command import default_log, run_wrap
 
         if not args.log_file:
             default_log().parent.mkdir(parents=True, exist_ok=True)
             configure_logging(args.verbose, str(default_log()))
         given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
-        return run_wrap(ProxyOptions.from_args(args), args.agent, args.args, given)
+        return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
     if args.command == "status":
         from sidecar.tools.status_command import run_status
 
