@@ -421,6 +421,7 @@ export class PiSidecar {
     if (this.status !== undefined) {
       this.ctx?.ui.setStatus(STATUS_KEY, undefined);
     }
+    this.ctx = undefined; // pi's context of a session that ended must not be used again.
     await sidecar?.stop();
   }
 }
