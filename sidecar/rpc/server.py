@@ -109,6 +109,8 @@ class SidecarServer(LanguageServer):
         """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
         self.peer_cwd: str | None = None
         """The working directory of the relay on the other end, for a host's connection."""
+        self.transcripts: Any = None
+        """Without a host: the server's own watcher of agent transcripts (``sidecar.rpc.watching``), once asked."""
         self._checkpoint: asyncio.TimerHandle | None = None
         json_rpc_log = logging.getLogger("pygls.protocol.json_rpc")
         if not any(isinstance(f, _QuietExpectedErrors) for f in json_rpc_log.filters):  # a host has many servers

@@ -20,6 +20,8 @@ METHODS = (
     Method(methods.MEMORY_CALL_TOOL, t.CallToolParams, memory.call_tool),
     Method(methods.CONTEXT_FOLLOW, t.FollowParams, context.follow),
     Method(methods.MEMORY_RULES, t.RulesParams, memory.rules),
+    Method(methods.MEMORY_WATCH, t.WatchParams, memory.watch),
+    Method(methods.MEMORY_RECORD_COMPACTION, t.RecordCompactionParams, memory.record_compaction),
     Method(methods.CONTEXT_REPORT_USAGE, t.ReportUsageParams, context.report_usage, notification=True),
 )
 """Every protocol method besides LSP's own (``lifecycle``); unannotated, so mypy checks each handler's params type."""

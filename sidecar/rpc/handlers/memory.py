@@ -1,4 +1,4 @@
-"""Handlers of memory/*: thin wrappers over ``sidecar.services.memory``."""
+"""Handlers of memory/*: thin wrappers over ``sidecar.services.memory``, transcripts and watching."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ from protocol.types import (
     ImportParams,
     IngestParams,
     PinParams,
+    RecordCompactionParams,
     RulesParams,
     SessionsParams,
+    WatchParams,
 )
 from sidecar.rpc.server import SidecarServer
-from sidecar.services import memory
+from sidecar.rpc.watching import watcher
+from sidecar.services import memory, transcripts
 from sidecar.services.errors import SidecarError
 from sidecar.wire import unstructure
 
@@ -31,9 +34,13 @@ async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
 
 
 async def import_transcript(ls: SidecarServer, params: ImportParams) -> Any:
-    result = memory.import_transcript(ls.sidecar, params)
+    stored = transcripts.import_transcript(ls.sidecar, params)
+    result = stored.result
     ls.settle_later()
     ls.session_changed(result.session_id, result.usage)
+    if stored.compactions and ls.compactions is not None:
+        result.compactions = await transcripts.record_found(ls.compactions, stored.compactions)
+        result.usage = ls.sidecar.usage(ls.sidecar.session(result.session_id))
     return unstructure(result)
 
 
@@ -86,3 +93,15 @@ async def call_tool(ls: SidecarServer, params: CallToolParams) -> Any:
     result = await dispatch.call_tool(ls.sidecar, params, answerer)
     ls.settle_later()  # memory_grep and memory_query scan
     return unstructure(result)
+
+
+async def watch(ls: SidecarServer, params: WatchParams) -> Any:
+    """*Extension*: the host follows a workspace's agent transcripts while this connection lives."""
+    extra = ls.sidecar.settings.agents.transcript_directories
+    return unstructure(await watcher(ls).watch(ls, params, extra, ls.sidecar.cwd))
+
+
+async def record_compaction(ls: SidecarServer, params: RecordCompactionParams) -> Any:
+    """*Extension*: an agent's own compaction recorded with the session."""
+    assert ls.compactions is not None  # set up with the context handlers
+    return unstructure(await ls.compactions.record(params))
