@@ -218,7 +218,7 @@ class SidecarServer(LanguageServer):
 
     def _idle_checkpoint(self) -> None:
         store = self.sidecar.open_store
-        if store is None or self.sidecar.compacting:
+        if store is None or self.sidecar.runtime.compacting():
             return
         # On the loop, not in a thread: DuckDB serialises it with every other statement anyway, and a
         # checkpoint still running in a thread would collide with shutdown closing the connection.

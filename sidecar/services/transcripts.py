@@ -108,7 +108,7 @@ def store(sidecar: Sidecar, read: Read, known: dict[str, str] | None = None) -> 
     replaced = 0
     if replacements:
         replaced = store_.replace_messages(session_id, replacements)
-        sidecar.rendered.clear()  # positions now hold other messages than the ones rendered
+        sidecar.runtime.rendered.clear()  # positions now hold other messages than the ones rendered
     info = parsed.session or {}
     if fresh or not exists or known is None:
         result = ingest(sidecar, IngestParams(session_id=session_id, messages=fresh, session=SessionInfo(

@@ -328,7 +328,8 @@ class WatchService:
         if stored is None or session.last_position != stored.seq:
             return False  # not the newest message stored (another file's, or an older branch)
         # The provider counted the context before the answer: that is the basis of the calibration sample.
-        sidecar.assembled[session.session_id] = (session.revision, max(0.0, session.context_tokens - stored.tokens))
+        sidecar.runtime.of(session.session_id).note_assembled(session.revision,
+                                                              max(0.0, session.context_tokens - stored.tokens))
         usage = context.report_usage(sidecar, ReportUsageParams(
             session_id=session.session_id, input_tokens=int(counted.get("input", 0)),
             output_tokens=int(counted.get("output", 0)), cache_read_tokens=int(counted.get("cacheRead", 0)),

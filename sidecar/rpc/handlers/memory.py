@@ -77,11 +77,11 @@ async def sessions(ls: SidecarServer, params: SessionsParams) -> Any:
 
 
 async def delete_session(ls: SidecarServer, params: DeleteSessionParams) -> Any:
-    if params.session_id in ls.sidecar.compacting:
+    if ls.sidecar.runtime.compacting(params.session_id):
         raise SidecarError(codes.COMPACTION_RUNNING, "a compaction of this session is running; retry after it")
     result = memory.delete_session(ls.sidecar, params)
     ls.touched_sessions.discard(params.session_id)
-    ls.sidecar.forget(params.session_id)
+    ls.sidecar.runtime.forget(params.session_id)
     ls.settle_later()
     return unstructure(result)
 
