@@ -14,8 +14,6 @@ import attrs
 Message = dict[str, Any]
 """An OpenAI Chat Completions message, kept verbatim (plus optional ``id`` and ``metadata``)."""
 
-Role = Literal["system", "user", "assistant", "tool"]
-ItemKind = Literal["message", "summary"]
 SummaryKind = Literal["leaf", "condensed", "handoff"]
 CompactionMode = Literal["incremental", "full", "handoff"]
 CompactionTrigger = Literal["manual", "auto"]

@@ -60,8 +60,3 @@ def check_owner(db_path: str) -> None:
     if owner != os.getuid():
         raise ShareError(f"database {key} is owned by uid {owner}, not by this user (uid {os.getuid()}); "
                          "copy it, or run context-sidecar as its owner")
-
-
-def shareable(db_path: str | None) -> bool:
-    """Whether a database may be shared at all: a file, never ``:memory:``."""
-    return bool(db_path) and db_path != MEMORY

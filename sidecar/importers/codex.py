@@ -20,9 +20,9 @@ from sidecar.importers.common import (
     stable_id,
     tool_call,
 )
+from sidecar.importers.detect import CODEX_ENVELOPES
 
 SOURCE = "codex"
-_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
 # Response items with nothing to import: server-side search, undo snapshots, and encrypted compaction state.
 _SILENT_ITEMS = {
     "web_search_call",
@@ -64,7 +64,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     for lineno, raw, obj in iter_json_lines(path, state.skipped, state.lines, follow):
         kind = obj.get("type")
         where = f"line {lineno}"
-        if kind in _ENVELOPES and "payload" in obj:
+        if kind in CODEX_ENVELOPES and "payload" in obj:
             _envelope(state, lineno, raw, obj)
         elif first and kind is None and isinstance(obj.get("id"), str) and "timestamp" in obj:
             state.meta = obj  # The old layout opens with the bare session meta.
@@ -72,7 +72,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
             state.skipped.append(f"{where}: resume state (old layout), not conversation")
         elif "payload" in obj:
             state.skipped.append(f"{where}: unknown rollout line type {kind!r}")
-        elif isinstance(kind, str) and kind not in _ENVELOPES:
+        elif isinstance(kind, str) and kind not in CODEX_ENVELOPES:
             _response_item(state, lineno, raw, obj, None)
         else:
             state.skipped.append(f"{where}: unknown line (type {kind!r})")

@@ -12,10 +12,9 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_p
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import default_budget
-from sidecar.rows import ItemRow, SessionRow, SummaryRow
+from sidecar.rows import ItemRow, SessionRow, SummaryRow, iso
 from sidecar.services.errors import invalid_params
 from sidecar.services.figures import PLACEHOLDER_TOKENS
-from sidecar.services.memory import iso
 from sidecar.services.prompt import Prompt
 from sidecar.services.runtime import SessionRuntime
 from sidecar.services.state import Sidecar
@@ -288,7 +287,7 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         sample = state.calibration_sample(basis, prompt)
         calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
-    # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
+    # docs/protocol.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
     # freshly cached prompt only there), so they count: 0 from providers that have no such figure.
     if prompt > 0:
         state.note_cache_hits(counts["cacheReadTokens"], prompt)

@@ -6,7 +6,6 @@ import json
 import logging
 import re
 from collections.abc import Collection
-from datetime import datetime
 from typing import Any
 
 from protocol import errors as codes
@@ -35,7 +34,7 @@ from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.footer import session_standing
 from sidecar.engine.messages import check_message, message_row
 from sidecar.engine.rules import footer_rules
-from sidecar.rows import StoredMessage, SummaryRow
+from sidecar.rows import StoredMessage, SummaryRow, iso
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
 from sidecar.wire import ParamsError
@@ -287,8 +286,3 @@ def delete_session(sidecar: Sidecar, params: DeleteSessionParams) -> DeleteSessi
     """Remove every row of a session; ``deleted: false`` when there was none."""
     check_session_id(params.session_id)
     return DeleteSessionResult(deleted=sidecar.store().delete_session(params.session_id))
-
-
-def iso(moment: datetime | None) -> str | None:
-    """Stored naive-UTC time as ISO-8601 with a Z."""
-    return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"
