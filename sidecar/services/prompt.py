@@ -50,8 +50,7 @@ class Prompt:
     def assembled(cls, revision: str, key: PromptKey, session: SessionRow, settings: Any, plan: Assembly,
                   messages: list[bytes], rows: Sequence[ItemRow], raw_tokens: Mapping[int, int] | None,
                   pins: frozenset[int]) -> Prompt:
-        """The prompt an assemble built from ``plan``, as of ``session``: ``rows`` are its messages' items and
-        ``raw_tokens`` their uncalibrated estimates by position (None when the rows' own are)."""
+        """The prompt assemble built from ``plan``; ``raw_tokens``: the rows' uncalibrated estimates, if not theirs."""
         raw = [-1 if row.position in plan.pruned else raw_tokens[row.position] if raw_tokens else row.tokens
                for row in rows]
         return cls(revision=revision, key=key, messages=messages, anchor=plan.start, summaries=session.summary_count,

@@ -1,5 +1,4 @@
-"""What the sidecar keeps in memory about sessions between requests: one object per session, shared by a host's
-connections, and the messages rendered once."""
+"""What the sidecar keeps in memory about sessions between requests, shared by a host's connections."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ class SessionRuntime:
     prune_memo: tuple[Any, PruneStep] | None = None
     """The last prune state computed, and the (revision, frontier, calibration, settings) it holds for."""
     growth: tuple[int | None, int, float | None] = (None, 0, None)
-    """Raw context tokens at its last assemble, the assembles since that added some, and the raw tokens they added
-    on average."""
+    """Raw context tokens at its last assemble, how many assembles since added some, and how much on average."""
     backoff: tuple[float, float] | None = None
     """After a failed auto-compaction: (not before this monotonic time, the next delay)."""
     idle_at: tuple[int, str] | None = None
@@ -60,11 +58,9 @@ class SessionRuntime:
         return self.assembled[1] if self.assembled is not None and self.assembled[0] == revision else None
 
     def calibration_sample(self, basis: float, prompt: int) -> float:
-        """Provider tokens per estimated token, with a fixed prompt overhead (system prompt, tools) taken out.
-
-        The overhead is not in the stored history, so it is an offset, not a ratio: once the recent reports span
-        contexts of different sizes (the largest 1.5 times the smallest), a line through them separates the two.
-        """
+        """Provider tokens per estimated token, with a fixed prompt overhead (system prompt, tools) taken out."""
+        # The overhead is not in the stored history, so it is an offset, not a ratio: once the recent reports span
+        # contexts of different sizes (the largest 1.5 times the smallest), a line through them separates the two.
         samples = self.samples
         samples.append((basis, prompt))
         del samples[:-OVERHEAD_SAMPLES]
