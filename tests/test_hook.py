@@ -175,3 +175,20 @@ def test_an_unreachable_host_exits_0_with_one_line(tmp_path, workspace, runtime)
     assert run.code == 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "open to other users" in run.stderr, run.stderr
     assert "open to other users" in log.read_text()
+
+
+def test_session_start_reads_what_pre_compact_stored(tmp_path, workspace, runtime):
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    assert hook(payload("PreCompact", workspace, path, trigger="auto"), db, runtime, log).stderr == ""
+    path.unlink()  # the session is in memory: the transcript is not read again
+    run = hook(payload("SessionStart", workspace, path, source="compact"), db, runtime, log)
+    assert run.stderr == "" and RULE in json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_session_start_of_a_session_nowhere_exits_0_with_one_line(tmp_path, workspace, runtime):
+    log = tmp_path / "hook.log"
+    run = hook(payload("SessionStart", workspace, tmp_path / "gone.jsonl", source="compact"), tmp_path / "m.duckdb",
+               runtime, log)
+    assert run.code == 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "session cc-sess is not in context-sidecar's memory" in run.stderr

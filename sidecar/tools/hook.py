@@ -202,15 +202,23 @@ async def pre_compact(client: SidecarClient, session_id: str,
 
 async def session_start(client: SidecarClient, session_id: str,
                         payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request."""
-    imported = await _import(client, payload, required=False)
-    session = imported.session_id if imported is not None else session_id
+    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request.
+
+    PreCompact imported the transcript a moment ago (Claude Code runs it first), so the transcript is read again
+    only when the session is not in memory at all.
+    """
+    session = session_id
     try:
         rules = await client.rules(session)
     except SidecarRequestError as error:
-        if error.code == codes.UNKNOWN_SESSION:
-            raise HookProblem(f"session {session} is not in context-sidecar's memory") from None
-        raise
+        if error.code != codes.UNKNOWN_SESSION:
+            raise
+        imported = await _import(client, payload, required=False)
+        if imported is None:
+            raise HookProblem(f"session {session} is not in context-sidecar's memory, and there is no transcript "
+                              f"at {payload.get('transcript_path')!r}") from None
+        session = imported.session_id
+        rules = await client.rules(session)
     text = restore_text(rules)
     if text is None:
         return None, f"session {session}: no standing rules or files to restore"
