@@ -68,6 +68,8 @@ class IngestResult:
     ids: list[str]
     duplicates: int
     usage: Usage
+    warnings: list[str] | None = None
+    """*extension*: messages stored that no assembled context will send, one "messages[i]: why" each."""
 
 
 @attrs.define

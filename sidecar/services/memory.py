@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,8 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """Legal in JSON strings, not in UTF-8: DuckDB cannot store them."""
 RECENT_CALLS = 256
 """Tool calls remembered per session, by id, to name the tool of the results that follow them."""
+
+log = logging.getLogger(__name__)
 
 
 def check_session_id(session_id: str) -> None:
@@ -100,6 +104,9 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                                  f"messages[{index}]")
     rule = sidecar.prune_rule()
     prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
+    warnings = _unanswered_results(params.messages, names.keys() - _tool_names(params.messages).keys())
+    for warning in warnings:
+        log.warning("ingest into %s: %s", params.session_id, warning)
     ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
     session = sidecar.session(params.session_id)
     if not duplicates and len(rows) <= PRERENDER_MAX and session.last_position is not None:
@@ -111,7 +118,20 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     recent.update(_tool_names(params.messages))
     while len(recent) > RECENT_CALLS:
         del recent[next(iter(recent))]
-    return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(session))
+    return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(session), warnings=warnings or None)
+
+
+def _unanswered_results(messages: list[dict[str, Any]], stored_calls: Collection[str]) -> list[str]:
+    """A warning for each tool result that answers no earlier tool call: assembly leaves such a result out."""
+    warnings = []
+    calls = set(stored_calls)
+    for index, message in enumerate(messages):
+        if message["role"] == "tool" and message["tool_call_id"] not in calls:
+            warnings.append(f"messages[{index}]: the tool result for {message['tool_call_id']!r} answers no tool "
+                            "call before it in this session: it is stored, but left out of every assembled context "
+                            "(ingest the assistant message with that call first)")
+        calls.update(call["id"] for call in message.get("tool_calls") or ())
+    return warnings
 
 
 def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:

@@ -10,8 +10,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.tools import SERVER_COMMAND, plural, say, usage_text
+from sidecar.client import SidecarRequestError
+from sidecar.tools import plural, report_error, say, spawn_server, usage_text
 from sidecar.tools.follow import Follower, Step
 
 # Importing stores history; compacting it is for the next agent or editor session that uses it.
@@ -28,15 +28,14 @@ def run_import(path: str, db: str | None, session: str | None, fmt: str, follow:
             return asyncio.run(_follow(target, db, session, fmt))
         return asyncio.run(_import(target, db, session, fmt))
     except SidecarRequestError as error:
-        print(f"context-sidecar import: error: {error}", file=sys.stderr)
-        return 1
+        return report_error("import", error)
     except KeyboardInterrupt:
         say("context-sidecar import: stopped")
         return 0
 
 
 async def _import(path: Path, db: str | None, session: str | None, fmt: str) -> int:
-    async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=SETTINGS) as client:
+    async with await spawn_server(db, SETTINGS) as client:
         result = await client.import_transcript(str(path), session_id=session, format=fmt)
         storage = client.capabilities.get("storage")
         pid = client.process.pid if client.process else "?"
@@ -60,7 +59,7 @@ async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> 
     # the last import, not in the middle of one, so it starts with SIGINT ignored.
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        spawning = SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=SETTINGS)
+        spawning = spawn_server(db, SETTINGS)
         client = await spawning
     finally:
         signal.signal(signal.SIGINT, handler)

@@ -24,7 +24,14 @@ from sidecar.engine.assembly import (
     prune_candidates,
     pruned_total,
 )
-from sidecar.engine.compaction_plan import Node, condensed_groups, handoff_span, leaf_chunks, protected_tail_start
+from sidecar.engine.compaction_plan import (
+    Node,
+    condensed_groups,
+    handoff_span,
+    leaf_chunks,
+    nothing_to_compact,
+    protected_tail_start,
+)
 from sidecar.engine.files import strip_footer
 from sidecar.engine.footer import carried_footer
 from sidecar.engine.rules import footer_rules
@@ -157,8 +164,10 @@ class Compaction:
         else:
             rounds = await self._dag_rounds(session)
         if not self.new_summaries:
-            return self._outcome(False, before, before, 0, "nothing to compact: no run of old messages or "
-                                 "summaries is long enough outside the fresh tail")
+            settings = self.settings
+            return self._outcome(False, before, before, 0, nothing_to_compact(
+                self.nodes, self.mode, settings.fresh_tail, settings.keep_recent_tokens, settings.leaf_chunk_size,
+                settings.condensed_min_fanout))
         virtual_after = self._virtual_tokens()
         if virtual_after >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "

@@ -132,6 +132,10 @@ class CompactionRunner:
                 self._begin_progress(token, mode)
             try:
                 outcome = await compaction.run(supplied, tokens_before)
+                if outcome.compacted:
+                    self.sidecar.auto_idle_at.pop(session_id, None)
+                elif trigger == "auto":  # usage tells why until the context has grown enough to try again
+                    self.sidecar.auto_idle_at[session_id] = (session.context_count, outcome.reason or "")
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
@@ -252,18 +256,18 @@ class CompactionRunner:
         if session is None:
             return
         idle = self.sidecar.auto_idle_at.get(session_id)
-        if idle is not None and session.context_count < idle + max(1, settings.leaf_chunk_size):
+        if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
         if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
-        self.server.run_in_background(self._auto(session_id, session.context_count))
+        self.server.run_in_background(self._auto(session_id))
 
-    async def _auto(self, session_id: str, context_count: int) -> None:
+    async def _auto(self, session_id: str) -> None:
         mode = self.sidecar.settings.compaction.mode
         try:
-            result = await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
+            await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -276,7 +280,3 @@ class CompactionRunner:
             self._push_usage(session_id)
             return
         self.sidecar.auto_backoff.pop(session_id, None)
-        if result.compacted:
-            self.sidecar.auto_idle_at.pop(session_id, None)
-        else:
-            self.sidecar.auto_idle_at[session_id] = context_count
