@@ -7,8 +7,10 @@ shows that Claude Code alone does not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from sidecar.client import SidecarClient
 from sidecar.testing import RecordedRequest, Reply
 from tests.agents.runners import Claude
 from tests.agents.world import AgentRun, AgentWorld
@@ -64,3 +66,18 @@ def test_without_setup_claude_codes_compaction_drops_the_rules(claude: Claude, a
     assert SUMMARY in carried, "Claude Code's own summary is there"
     assert RULE not in carried and "[context-sidecar]" not in carried
 
+
+
+def test_claude_codes_summary_is_stored_with_the_session(claude: Claude, agent_world: AgentWorld):
+    agent_world.provider.responder = summarize_or_chat
+    setup(agent_world)
+    session, _, _ = through_compaction(claude)
+
+    async def stored() -> list[str]:
+        async with await SidecarClient.spawn(env=agent_world.env(), timeout=60) as client:
+            found = await client.grep(session, "fixing the cart total", scope="summaries")
+            return [(await client.describe(session, match.id)).content for match in found.matches]
+
+    assert any(SUMMARY in str(content) for content in asyncio.run(stored()))
+    log = (agent_world.xdg["XDG_STATE_HOME"] / "context-sidecar" / "log" / "hook.log").read_text()
+    assert f"PostCompact: session {session}: Claude Code's summary recorded" in log
