@@ -33,6 +33,7 @@ FIGURES = [
                                                                             "relay_ratio")),
     "share_init_alone_ms", "share_init_first_ms", "share_init_warm_ms",
     "share_one_msgs_per_s", "share_eight_msgs_per_s", "share_eight_ratio", "share_recovery_s",
+    "hook_precompact_cold_s", "hook_precompact_warm_s", "hook_sessionstart_warm_s",
 ]
 CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
          for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]
