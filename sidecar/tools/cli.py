@@ -27,6 +27,9 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude -- ARGS
+  status    the running proxy's figures per session (GET /stats)
+  proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
@@ -124,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
+
+    from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
+
+    add_proxy(commands, in_command)
+    from sidecar.tools.wrap_command import add_command as add_wrap
+
+    add_wrap(commands, in_command)
+    from sidecar.tools.status_command import add_command as add_status
+
+    add_status(commands)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -247,6 +260,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.tools.setup import run_setup
 
         return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
+    if args.command == "proxy":
+        from sidecar.tools.proxy_command import ProxyOptions, run_proxy
+
+        return run_proxy(ProxyOptions.from_args(args))
+    if args.command == "wrap":
+        from sidecar.tools.proxy_command import ProxyOptions as WrapOptions
+        from sidecar.tools.wrap_command import default_log, run_wrap
+
+        if not args.log_file:
+            default_log().parent.mkdir(parents=True, exist_ok=True)
+            configure_logging(args.verbose, str(default_log()))
+        given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
+        return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
+    if args.command == "status":
+        from sidecar.tools.status_command import run_status
+
+        return run_status(args.port, args.json)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")

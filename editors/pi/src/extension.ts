@@ -3,24 +3,14 @@
  * compact through the sidecar, run the memory tools, report the provider's usage; and step aside,
  * saying why once, whenever the sidecar cannot be used.
  */
-import {
-  agentMessagesTokens,
-  branchMessages,
-  entryKey,
-  firstKeptEntryId,
-  messageKey,
-  sessionKey,
-  storedKeys,
-  summaryText,
-  textTokens,
-  toAgentMessages,
-  unstoredFrom,
-} from './convert';
+import { firstKeptEntryId, summaryText, toAgentMessages } from './assembled';
+import { agentMessagesTokens, entryKey, messageKey, sessionKey, storedKeys, unstoredFrom } from './branches';
 import type { AgentMessage, BeforeCompactEvent, BeforeCompactResult, ContextView, ExtensionApi, PiModel, SessionManagerView } from './pi';
 import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, Usage, WireMessage } from './protocol';
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
+import { branchMessages, textTokens } from './wire';
 
 export const STATUS_KEY = 'context-sidecar';
 export const MEMORY_TOOL_NAMES: string[] = MEMORY_TOOLS.map((tool) => tool.function.name);
@@ -431,6 +421,7 @@ export class PiSidecar {
     if (this.status !== undefined) {
       this.ctx?.ui.setStatus(STATUS_KEY, undefined);
     }
+    this.ctx = undefined; // pi's context of a session that ended must not be used again.
     await sidecar?.stop();
   }
 }

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { branchMessages } from '../src/convert';
+import { branchMessages } from '../src/wire';
 import { AssembleResult, ErrorCodes, IngestResult, MEMORY_TOOLS, Methods, REQUIRED_METHODS } from '../src/protocol';
 import { Sidecar } from '../src/sidecar';
 import { readSessionFile } from './entries';

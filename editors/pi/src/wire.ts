@@ -1,13 +1,10 @@
 /**
- * pi's session entries and messages to the sidecar's wire messages and back, without I/O.
- *
- * Entries become Chat Completions messages as `memory/import` reads a pi session file
- * (sidecar/importers/pi.py): the same ids (pi's entry ids), the same text, tool results paired with
- * their calls; each keeps pi's entry verbatim in `metadata.piEntry`. Assembled messages go back to pi
- * as the originals they were made from, so the provider gets pi's own bytes for them.
+ * pi's session entries as the sidecar's wire messages, without I/O: as `memory/import` reads a pi session
+ * file (sidecar/importers/pi.py), with the same ids (pi's entry ids), the same text, tool results paired
+ * with their calls; each keeps pi's entry verbatim in `metadata.piEntry`.
  */
-import type { AgentMessage, PiModel, SessionEntry } from './pi';
-import type { ContextItem, WireMessage } from './protocol';
+import type { AgentMessage, SessionEntry } from './pi';
+import type { WireMessage } from './protocol';
 
 /** `metadata.source` of what this extension ingests (`memory/import` rewrites only its own source's messages). */
 export const SOURCE = 'pi-extension';
@@ -17,17 +14,17 @@ const BRANCH_SUFFIX = '</summary>';
 const MESSAGE_OVERHEAD_TOKENS = 4;
 const IMAGE_TOKENS = 765;
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 
-function isRecord(value: unknown): value is Json {
+export function isRecord(value: unknown): value is Json {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function str(value: unknown): string | undefined {
+export function str(value: unknown): string | undefined {
   return typeof value === 'string' && value ? value : undefined;
 }
 
-// ---- token estimates (sidecar/engine/tokens.py) ----------------------------------------------
+// Token estimates, as sidecar/engine/tokens.py makes them.
 
 /** Tokens of a text as the sidecar estimates them: UTF-8 bytes over four, rounded up. */
 export function textTokens(text: string): number {
@@ -50,7 +47,7 @@ export function wireTokens(message: WireMessage): number {
   return total;
 }
 
-// ---- entries to wire messages -----------------------------------------------------------------
+
 
 function isoTimestamp(value: unknown): string | undefined {
   if (typeof value === 'string' && value && !Number.isNaN(Date.parse(value))) {
@@ -350,268 +347,4 @@ function pairToolCalls(messages: WireMessage[]): WireMessage[] {
     }
   });
   return out;
-}
-
-// ---- which sidecar session a branch is --------------------------------------------------------
-
-/**
- * The sidecar session of the branch that ends at the leaf: pi's session id while the branch follows the
- * first child at every fork, else that id with the last entry where it took another child. A rewound and
- * continued conversation (pi's /tree) is another session, so an abandoned branch never reaches the prompt.
- */
-export function sessionKey(sessionId: string, entries: SessionEntry[], branch: SessionEntry[]): string {
-  const firstChild = new Map<string | null, string>();
-  for (const entry of entries) {
-    if (!firstChild.has(entry.parentId ?? null)) {
-      firstChild.set(entry.parentId ?? null, entry.id);
-    }
-  }
-  let fork: string | undefined;
-  for (const entry of branch) {
-    if (firstChild.get(entry.parentId ?? null) !== entry.id) {
-      fork = entry.id;
-    }
-  }
-  return fork ? `${sessionId}/${fork}` : sessionId;
-}
-
-// ---- what pi sends that is not written yet ----------------------------------------------------
-
-/** A key that matches a message in pi's context to the entry it was written as. */
-export function messageKey(message: AgentMessage): string | undefined {
-  switch (message.role) {
-    case 'custom':
-      return `custom:${String(message.customType)}:${JSON.stringify(message.content)}`;
-    case 'branchSummary':
-      return `branchSummary:${String(message.summary)}`;
-    case 'compactionSummary':
-      return undefined;
-    default:
-      return `${message.role}@${message.timestamp}`;
-  }
-}
-
-export function entryKey(entry: SessionEntry): string | undefined {
-  if (entry.type === 'message' && entry.message) {
-    return messageKey(entry.message);
-  }
-  if (entry.type === 'custom_message') {
-    return `custom:${String(entry.customType)}:${JSON.stringify(entry.content)}`;
-  }
-  if (entry.type === 'branch_summary') {
-    return `branchSummary:${String(entry.summary)}`;
-  }
-  return undefined;
-}
-
-/**
- * Where the messages of pi's context that the sidecar does not hold begin: the longest run at the end
- * whose entries are not among `stored` (the keys of the branch's entries before `heldFrom`). pi writes a
- * message after handing it to the model loop, so the newest may not be written yet; those are sent as
- * pi has them, after the sidecar's context.
- */
-export function unstoredFrom(messages: AgentMessage[], stored: Set<string>): number {
-  let start = messages.length;
-  while (start > 0) {
-    const key = messageKey(messages[start - 1]);
-    if (key === undefined || stored.has(key)) {
-      break;
-    }
-    start--;
-  }
-  return start;
-}
-
-/** Keys of the branch's entries before `heldFrom`: what the sidecar holds once they are ingested. */
-export function storedKeys(branch: SessionEntry[], heldFrom: number): Set<string> {
-  const keys = new Set<string>();
-  for (const entry of branch.slice(0, heldFrom)) {
-    const key = entryKey(entry);
-    if (key !== undefined) {
-      keys.add(key);
-    }
-  }
-  return keys;
-}
-
-/** Estimated tokens of pi messages that the sidecar does not hold (sent after its context). */
-export function agentMessagesTokens(messages: AgentMessage[]): number {
-  let total = 0;
-  for (const message of messages) {
-    const wire = entryToWire({ type: 'message', id: 'x', parentId: null, timestamp: '', message });
-    total += wire ? wireTokens(wire) : MESSAGE_OVERHEAD_TOKENS + textTokens(JSON.stringify(message.content ?? ''));
-  }
-  return total;
-}
-
-// ---- assembled context back to pi -------------------------------------------------------------
-
-const ZERO_USAGE = {
-  input: 0,
-  output: 0,
-  cacheRead: 0,
-  cacheWrite: 0,
-  totalTokens: 0,
-  cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
-};
-
-function wireText(content: WireMessage['content']): string {
-  if (typeof content === 'string') {
-    return content;
-  }
-  return (content ?? []).map((part) => (typeof part.text === 'string' ? part.text : '')).join('\n');
-}
-
-function userContent(content: WireMessage['content']): unknown[] {
-  if (typeof content === 'string' || content === null) {
-    return [{ type: 'text', text: content ?? '' }];
-  }
-  return content.map((part) => {
-    const url = isRecord(part.image_url) ? str(part.image_url.url) : undefined;
-    const data = url?.match(/^data:([^;,]+);base64,(.*)$/s);
-    if (part.type === 'image_url' && data) {
-      return { type: 'image', mimeType: data[1], data: data[2] };
-    }
-    return { type: 'text', text: typeof part.text === 'string' ? part.text : `[${String(part.type)}]` };
-  });
-}
-
-/** A pi message made from a wire message the branch has no entry for (a stand-in, another client's). */
-function fromWire(message: WireMessage, model: PiModel, toolNames: Map<string, string>): AgentMessage {
-  if (message.role === 'assistant') {
-    const content: unknown[] = [];
-    const text = wireText(message.content);
-    if (text) {
-      content.push({ type: 'text', text });
-    }
-    for (const call of message.tool_calls ?? []) {
-      let args: unknown = {};
-      try {
-        args = JSON.parse(call.function.arguments);
-      } catch {
-        args = {};
-      }
-      content.push({ type: 'toolCall', id: call.id, name: call.function.name, arguments: isRecord(args) ? args : {} });
-    }
-    return {
-      role: 'assistant',
-      content,
-      api: model.api,
-      provider: model.provider,
-      model: model.id,
-      usage: ZERO_USAGE,
-      stopReason: message.tool_calls?.length ? 'toolUse' : 'stop',
-      timestamp: 0,
-    };
-  }
-  if (message.role === 'tool') {
-    const callId = message.tool_call_id ?? '';
-    return {
-      role: 'toolResult',
-      toolCallId: callId,
-      toolName: toolNames.get(callId) ?? '',
-      content: [{ type: 'text', text: wireText(message.content) }],
-      isError: false,
-      timestamp: 0,
-    };
-  }
-  return { role: 'user', content: userContent(message.content), timestamp: 0 };
-}
-
-/** The pi message an entry stands for in pi's own context (its `buildSessionContext`). */
-function fromEntry(entry: SessionEntry, message: WireMessage, item: ContextItem): AgentMessage | undefined {
-  const at = Date.parse(entry.timestamp);
-  if (entry.type === 'custom_message') {
-    return {
-      role: 'custom',
-      customType: entry.customType,
-      content: entry.content,
-      display: entry.display,
-      details: entry.details,
-      timestamp: at,
-    };
-  }
-  if (entry.type === 'branch_summary') {
-    return { role: 'branchSummary', summary: entry.summary, fromId: entry.fromId, timestamp: at };
-  }
-  if (entry.type !== 'message' || !entry.message) {
-    return undefined;
-  }
-  const original = structuredClone(entry.message);
-  if (original.role === 'toolResult' && item.pruned) {
-    original.content = [{ type: 'text', text: wireText(message.content) }];
-  }
-  if (original.role === 'assistant' && (original.stopReason === 'error' || original.stopReason === 'aborted')) {
-    // pi leaves failed turns out of what it sends; the sidecar kept this one (it has text or calls, with
-    // their results), so it goes as a finished turn and the results keep their call.
-    original.stopReason = message.tool_calls?.length ? 'toolUse' : 'stop';
-  }
-  return original;
-}
-
-/**
- * The sidecar's assembled context as pi messages: pi's own message for each item whose entry is on the
- * branch (a pruned tool result with the sidecar's placeholder text), summaries as user messages.
- */
-export function toAgentMessages(
-  messages: WireMessage[],
-  items: ContextItem[],
-  entries: Map<string, SessionEntry>,
-  model: PiModel,
-): AgentMessage[] {
-  const toolNames = new Map<string, string>();
-  return messages.map((message, index) => {
-    for (const call of message.tool_calls ?? []) {
-      toolNames.set(call.id, call.function.name);
-    }
-    const item = items[index];
-    if (item?.kind === 'summary') {
-      return { role: 'user', content: [{ type: 'text', text: wireText(message.content) }], timestamp: 0 };
-    }
-    const entry = item ? entries.get(item.id) : undefined;
-    return (entry && fromEntry(entry, message, item)) ?? fromWire(message, model, toolNames);
-  });
-}
-
-/** The text pi keeps for a compaction the sidecar made: the summaries its context now starts with. */
-export function summaryText(messages: WireMessage[], items: ContextItem[]): string {
-  return messages
-    .filter((_, index) => items[index]?.kind === 'summary')
-    .map((message) => wireText(message.content))
-    .join('\n\n');
-}
-
-const CUT_ROLES = new Set(['user', 'assistant', 'bashExecution', 'custom']);
-
-/**
- * The entry pi keeps from after a compaction the sidecar made: the first message the sidecar's context
- * has after its summaries (back to its tool call if that is a result), so pi's own view matches the
- * sidecar's should pi ever build its context alone. Undefined when that message is not on the branch.
- */
-export function firstKeptEntryId(items: ContextItem[], branch: SessionEntry[]): string | undefined {
-  let last = -1;
-  items.forEach((item, index) => {
-    if (item.kind === 'summary') {
-      last = index;
-    }
-  });
-  const first = items.slice(last + 1).find((item) => item.kind === 'message');
-  if (last < 0 || !first) {
-    return undefined;
-  }
-  let at = branch.findIndex((entry) => entry.id === first.id);
-  while (at >= 0) {
-    const entry = branch[at];
-    if (entry.type === 'custom_message' || entry.type === 'branch_summary') {
-      return entry.id;
-    }
-    if (entry.type === 'message' && entry.message && CUT_ROLES.has(entry.message.role)) {
-      return entry.id;
-    }
-    if (entry.type !== 'message' || entry.message?.role !== 'toolResult') {
-      return undefined;
-    }
-    at--;
-  }
-  return undefined;
 }
