@@ -13,8 +13,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("sidecar.config", "sidecar.engine", "sidecar.storage", "sidecar.summarizers", "sidecar.importers",
      "sidecar.testing"),
     ("sidecar.services",),
-    ("sidecar.rpc",),
-    ("sidecar.tools", "sidecar.client", "sidecar.pytest_plugin", "sidecar.__main__"),
+    ("sidecar.rpc", "sidecar.mcp", "sidecar.client"),
+    ("sidecar.tools", "sidecar.pytest_plugin", "sidecar.__main__"),
 ]
 """Lowest first: a module may import its own layer and those below, never one above."""
 RPC_ONLY = ("pygls", "lsprotocol", "pytest_lsp")

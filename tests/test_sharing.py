@@ -6,18 +6,15 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 
@@ -25,46 +22,11 @@ from protocol import errors as codes
 from protocol import methods
 from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.config.sockets import socket_path
 from sidecar.rpc import handshake
 from sidecar.rpc.framing import FrameReader
+from tests.helpers.hosts import WAIT, env_for, host_hello, host_pid, sock_of
 
 CLI = [sys.executable, "-m", "sidecar"]
-WAIT = 30.0
-
-
-@pytest.fixture
-def runtime() -> Iterator[Path]:
-    """A short XDG_RUNTIME_DIR of this test's own (socket paths are limited to 108 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cs-"))
-    yield path
-    for sock in path.glob("context-sidecar/*.sock"):
-        with contextlib.suppress(Exception):
-            os.kill(host_pid(sock), signal.SIGKILL)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def env_for(runtime: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-
-
-def sock_of(runtime: Path, db: Path) -> Path:
-    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
-        return socket_path(str(db))
-
-
-def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:
-    """Connect as a relay would and return the host's handshake."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(WAIT)
-        sock.connect(str(sock_file))
-        sock.sendall(handshake.hello("relay", **extra) if not extra.get("raw") else extra["raw"])
-        line = sock.makefile("rb").readline()
-    return json.loads(line)
-
-
-def host_pid(sock_file: Path) -> int:
-    return int(host_hello(sock_file)["pid"])
 
 
 async def spawn(db: Path, runtime: Path, **kwargs: Any) -> SidecarClient:

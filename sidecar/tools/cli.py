@@ -27,6 +27,7 @@ commands:
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
   host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
+  mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
 socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
@@ -124,7 +125,33 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to stay up without connections (default 5)")
     host.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, metavar="SIZE",
                       help=f"DuckDB memory_limit (default {DEFAULT_MEMORY_LIMIT})")
+
+    mcp = commands.add_parser(
+        "mcp", parents=[in_command], help="serve the memory tools to an agent over MCP (stdio)",
+        description="Serve MCP on stdin/stdout (newline-delimited JSON-RPC) for a coding agent: the tools memory_grep, "
+                    "memory_describe, memory_expand and memory_query over every session of the client's workspace (its "
+                    "first MCP root, else this directory), the agent's current session first. It reaches the "
+                    "database through its shared host like every client; logs go to stderr or --log-file.")
+    mcp.add_argument("--settings", type=settings_json, metavar="JSON|@FILE",
+                     help="settings for this client's connection, as JSON text or @path to a JSON file, e.g. the "
+                          "summarizer memory_query answers with: '{\"llm\": {\"model\": \"gpt-4o-mini\"}}'")
     return parser
+
+
+def settings_json(text: str) -> dict[str, object]:
+    """``--settings``: a JSON object given inline or as ``@FILE``, or argparse's error (exit 2)."""
+    import json  # not imported when serving the protocol
+
+    try:
+        if text.startswith("@"):
+            with open(text[1:], encoding="utf-8") as file:
+                text = file.read()
+        value = json.loads(text)
+    except (OSError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"not a JSON object: {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("settings must be a JSON object")
+    return value
 
 
 def price_table(text: str) -> Prices:
@@ -166,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off)
+    if args.command == "mcp":
+        from sidecar.mcp.server import run
+
+        return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")

@@ -1,0 +1,53 @@
+"""Hosts of shared databases in tests: a runtime directory of the test's own, and the host behind a socket."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+from sidecar.config.sockets import socket_path
+from sidecar.rpc import handshake
+
+WAIT = 30.0
+
+
+def runtime_dir() -> Iterator[Path]:
+    """A short XDG_RUNTIME_DIR of its own (socket paths are limited to 108 bytes); its hosts are killed after."""
+    path = Path(tempfile.mkdtemp(prefix="cs-"))
+    yield path
+    for sock in path.glob("context-sidecar/*.sock"):
+        with contextlib.suppress(Exception):
+            os.kill(host_pid(sock), signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def env_for(runtime: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+
+
+def sock_of(runtime: Path, db: Path) -> Path:
+    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
+        return socket_path(str(db))
+
+
+def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:
+    """Connect as a relay would and return the host's handshake."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(WAIT)
+        sock.connect(str(sock_file))
+        sock.sendall(handshake.hello("relay", **extra) if not extra.get("raw") else extra["raw"])
+        line = sock.makefile("rb").readline()
+    return json.loads(line)
+
+
+def host_pid(sock_file: Path) -> int:
+    return int(host_hello(sock_file)["pid"])
