@@ -26,7 +26,7 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
-  host      serve one database to every context-sidecar on it (started on demand; see "Sharing" in the README)
+  host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
   mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix

@@ -352,9 +352,9 @@ local function main()
   t.test('statusline moves through ok, suggest, compact and overflow', function()
     local steps = {
       { 1000, '^ctx 2%d%%$' },
-      { 1900, '^ctx 7%d%% suggest: type /compact to free up context$' },
-      { 300, '^ctx [78]%d%% compact: type /compact now$' },
-      { 1200, '^ctx 1%d%d%% overflow: type /compact' },
+      { 1900, '^ctx 7%d%% suggest: :ContextCompact to free up context$' },
+      { 300, '^ctx [78]%d%% compact: :ContextCompact now$' },
+      { 1200, '^ctx 1%d%d%% overflow: :ContextCompact, or older messages are dropped$' },
     }
     for i, step in ipairs(steps) do
       local result = ingest('status', { big_message('m' .. i, step[1]) })

@@ -245,9 +245,9 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
   it('shows the state of the selected session in the status bar: ok, suggest, compact, overflow', async () => {
     const cases = [
       { percent: 50, pattern: (p) => new RegExp(`^ctx ${p}%$`), kind: null },
-      { percent: 72, pattern: (p) => new RegExp(`^ctx ${p}% suggest: type /compact to free up context$`), kind: null },
-      { percent: 80, pattern: (p) => new RegExp(`^ctx ${p}% compact: type /compact now$`), kind: 'warning-kind' },
-      { percent: 110, pattern: (p) => new RegExp(`^ctx ${p}% overflow: type /compact or older messages are dropped$`), kind: 'error-kind' },
+      { percent: 72, pattern: (p) => new RegExp(`^ctx ${p}% suggest: click to compact and free up context$`), kind: null },
+      { percent: 80, pattern: (p) => new RegExp(`^ctx ${p}% compact: click to compact now$`), kind: 'warning-kind' },
+      { percent: 110, pattern: (p) => new RegExp(`^ctx ${p}% overflow: click to compact, or older messages are dropped$`), kind: 'error-kind' },
     ];
     for (const { percent, pattern, kind } of cases) {
       await step(`status-${percent}`, async () => {

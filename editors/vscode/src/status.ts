@@ -6,7 +6,7 @@ export type StatusLook = 'normal' | 'warning' | 'error';
 export interface StatusView {
   /** Status bar text, with a `$(codicon)` prefix. */
   text: string;
-  /** The same without the icon, e.g. `ctx 72% suggest: type /compact to free up context`. */
+  /** The same without the icon, e.g. `ctx 72% suggest: click to compact and free up context`. */
   plain: string;
   tooltip: string;
   look: StatusLook;
@@ -28,33 +28,26 @@ const LOOKS: Record<UsageState, StatusLook> = {
   overflow: 'error',
 };
 
-const FALLBACK_HINTS: Partial<Record<UsageState, string>> = {
-  suggest: 'type /compact to free up context',
-  compact: 'type /compact now',
-  overflow: 'type /compact or older messages are dropped',
+/**
+ * What to do, per state, in this editor's terms: the status bar item compacts when clicked in these
+ * states. The server's own `hint` says "type /compact", a chat command, so it is not shown.
+ */
+const HINTS: Partial<Record<UsageState, string>> = {
+  suggest: 'click to compact and free up context',
+  compact: 'click to compact now',
+  overflow: 'click to compact, or older messages are dropped',
 };
 
-/**
- * The action part of the server's hint: "Context 72% full: type /compact to free up context"
- * becomes "type /compact to free up context", since the percent is already shown.
- */
+/** The action for a state, e.g. `click to compact now`; undefined for `ok` and `compacting`. */
 export function shortHint(usage: Usage): string | undefined {
-  if (usage.state === 'ok' || usage.state === 'compacting') {
-    return undefined;
-  }
-  const hint = usage.hint?.trim();
-  if (hint) {
-    const colon = hint.lastIndexOf(': ');
-    return colon >= 0 ? hint.slice(colon + 2) : hint;
-  }
-  return FALLBACK_HINTS[usage.state];
+  return HINTS[usage.state];
 }
 
 export function formatPercent(percent: number): string {
   return `${Math.round(percent)}%`;
 }
 
-/** `ctx 72% suggest: type /compact to free up context`, `ctx 80% compacting…`, `ctx 12%`. */
+/** `ctx 72% suggest: click to compact and free up context`, `ctx 80% compacting…`, `ctx 12%`. */
 export function statusText(usage: Usage | undefined): string {
   if (!usage) {
     return 'ctx –';
@@ -91,8 +84,8 @@ export function statusTooltip(usage: Usage | undefined, sessionId: string | unde
   if (cache) {
     lines.push(cache);
   }
-  if (usage.hint) {
-    lines.push(usage.hint);
+  if (shortHint(usage)) {
+    lines.push('To compact: click the status bar item, or run Context Sidecar: Compact Context…');
   }
   return lines.join('\n');
 }

@@ -103,7 +103,7 @@ describe('the bundled extension in a stand-in VS Code', () => {
   it('shows usage pushed after an agent ingests through the API, with hint and background', async () => {
     await api.sendRequest(Methods.MEMORY_INGEST, { sessionId: 'agent', messages: [bigUserMessage('a1', 2900)] });
     await until('the suggest status', () => status().text.includes('suggest'));
-    assert.match(status().text, /^\$\(lightbulb\) ctx 7\d% suggest: type \/compact to free up context$/);
+    assert.match(status().text, /^\$\(lightbulb\) ctx 7\d% suggest: click to compact and free up context$/);
     assert.equal(status().backgroundColor, undefined);
     assert.equal(status().command, 'contextSidecar.compact');
     assert.equal(api.getSession(), 'agent');

@@ -26,11 +26,15 @@ describe('status formatting', () => {
     assert.equal(formatStatus(usage('ok', 12.4)).look, 'normal');
   });
 
-  it('adds the action part of the hint for suggest, compact and overflow', () => {
+  it('says what to do in VS Code terms for suggest, compact and overflow, not the chat command of the hint', () => {
     const suggest = usage('suggest', 72.3, 'Context 72% full: type /compact to free up context');
-    assert.equal(statusText(suggest), 'ctx 72% suggest: type /compact to free up context');
-    assert.equal(shortHint(usage('compact', 80, undefined)), 'type /compact now');
-    assert.equal(statusText(usage('overflow', 104.6, 'over: type /compact or else')), 'ctx 105% overflow: type /compact or else');
+    assert.equal(statusText(suggest), 'ctx 72% suggest: click to compact and free up context');
+    assert.equal(shortHint(usage('compact', 80, undefined)), 'click to compact now');
+    assert.equal(statusText(usage('overflow', 104.6, 'over: type /compact or else')),
+      'ctx 105% overflow: click to compact, or older messages are dropped');
+    assert.equal(shortHint(usage('ok', 10, undefined)), undefined);
+    assert.doesNotMatch(statusTooltip(suggest, 's'), /\/compact/);
+    assert.match(statusTooltip(suggest, 's'), /Context Sidecar: Compact Context…/);
   });
 
   it('gives compacting and overflow their own icon and background', () => {
@@ -78,9 +82,9 @@ describe('status from the real sidecar', () => {
 
     const steps: Array<[number, Usage['state'], RegExp]> = [
       [1000, 'ok', /^ctx 2\d%$/],
-      [1900, 'suggest', /^ctx 7\d% suggest: type \/compact to free up context$/],
-      [300, 'compact', /^ctx [78]\d% compact: type \/compact now$/],
-      [1200, 'overflow', /^ctx 1\d\d% overflow: type \/compact/],
+      [1900, 'suggest', /^ctx 7\d% suggest: click to compact and free up context$/],
+      [300, 'compact', /^ctx [78]\d% compact: click to compact now$/],
+      [1200, 'overflow', /^ctx 1\d\d% overflow: click to compact, or older messages are dropped$/],
     ];
     let n = 0;
     for (const [tokens, state, text] of steps) {

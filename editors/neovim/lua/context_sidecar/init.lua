@@ -1,4 +1,4 @@
----context-sidecar for Neovim: context usage in the statusline, `/compact`, expansions.
+---context-sidecar for Neovim: context usage in the statusline, `:ContextCompact`, expansions.
 ---
 ---    require('context_sidecar').setup({ settings = { contextWindow = 200000 } })
 ---    vim.o.statusline = "%f %= %{v:lua.require'context_sidecar'.statusline()}"
@@ -177,7 +177,7 @@ function M.request_sync(method, params, timeout_ms)
   return client.call(c, 'request_sync', method, params, timeout_ms or 10000)
 end
 
----Statusline component, e.g. `ctx 72% suggest: type /compact to free up context`.
+---Statusline component, e.g. `ctx 72% suggest: :ContextCompact to free up context`.
 ---@return string
 function M.statusline()
   return status.statusline()

@@ -12,10 +12,12 @@ M.selected = nil
 M.pinned = false
 M.running = false
 
-local fallback_hints = {
-  suggest = 'type /compact to free up context',
-  compact = 'type /compact now',
-  overflow = 'type /compact or older messages are dropped',
+---What to do, per state, in Neovim's terms. The server's own `hint` says "type /compact", a chat
+---command, so it is not shown.
+local hints = {
+  suggest = ':ContextCompact to free up context',
+  compact = ':ContextCompact now',
+  overflow = ':ContextCompact, or older messages are dropped',
 }
 
 local function changed()
@@ -113,22 +115,14 @@ function M.current()
   return M.selected and M.usages[M.selected] or nil
 end
 
----The action part of the server's hint: the percent is shown already.
+---What to do in this state, e.g. `:ContextCompact now`; nil for `ok` and `compacting`.
 ---@param usage ContextSidecarUsage
 ---@return string|nil
 function M.short_hint(usage)
-  if usage.state == 'ok' or usage.state == 'compacting' then
-    return nil
-  end
-  local hint = type(usage.hint) == 'string' and vim.trim(usage.hint) or ''
-  if hint ~= '' then
-    local action = hint:match('.*: (.*)$')
-    return action or hint
-  end
-  return fallback_hints[usage.state]
+  return hints[usage.state]
 end
 
----`ctx 72% suggest: type /compact to free up context`, `ctx 80% compacting…`, `ctx 12%`.
+---`ctx 72% suggest: :ContextCompact to free up context`, `ctx 80% compacting…`, `ctx 12%`.
 ---@param usage ContextSidecarUsage|nil
 ---@return string
 function M.format(usage)
