@@ -89,6 +89,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "share_eight_ratio": (">=", 0.8),
     "share_lost_messages": ("<=", 0),
     "share_recovery_s": ("<=", 2),
+    "mcp_tools_list_p50_ms": ("<=", 300),
 }
 
 

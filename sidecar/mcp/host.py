@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ CALL_DEADLINE = 45.0
 """Seconds a tools/call may take in all (attaching, one retry, the call): under Codex's 60 s tool timeout."""
 WATCH = "memory/watch"
 """Asks the host to follow the workspace's agent transcripts while this connection lives (when the host has it)."""
+WATCH_ENV = ("HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR")
+"""Where the agents keep their transcripts, as this process (the agent's child) sees it; the host's may differ."""
 HOST_LOST = -32022
 """``protocol.errors.HOST_CONNECTION_LOST``, without importing the protocol package at start-up."""
 
@@ -103,7 +106,8 @@ class HostLink:
         try:
             if previous is not None:
                 await client.request(WATCH, {"workspace": previous, "watch": False})
-            await client.request(WATCH, {"workspace": workspace})
+            env = {key: os.environ[key] for key in WATCH_ENV if os.environ.get(key)}
+            await client.request(WATCH, {"workspace": workspace, "env": env})
         except Exception as error:  # the tools work without it
             log.warning("%s %s failed: %s", WATCH, workspace, error)
 
