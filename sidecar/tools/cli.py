@@ -30,8 +30,9 @@ commands:
   mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
-socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
-context-sidecar on that file relays its stdio to the host, so editors and agents see the same sessions.
+socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar, /run/user/UID/context-sidecar or
+/tmp/context-sidecar-UID); every context-sidecar on that file relays its stdio to the host, so editors
+and agents see the same sessions.
 --no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
 is never shared.
 """
