@@ -19,6 +19,8 @@ MEMORY_DELETE_SESSION = "memory/deleteSession"
 MEMORY_IMPORT = "memory/import"
 MEMORY_PIN = "memory/pin"
 MEMORY_CALL_TOOL = "memory/callTool"
+MEMORY_RULES = "memory/rules"
+"""*Extension*: a session's standing rules and the files it read and modified."""
 CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
@@ -50,6 +52,7 @@ REQUESTS = (
     MEMORY_PIN,
     MEMORY_CALL_TOOL,
     CONTEXT_FOLLOW,
+    MEMORY_RULES,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

@@ -251,6 +251,28 @@ class PinResult:
 
 
 @attrs.define
+class RulesParams:
+    """*Extension*: params of ``memory/rules``."""
+
+    session_id: str
+
+
+@attrs.define
+class RulesResult:
+    """*Extension*: what a session's summaries would carry of its whole history: standing rules and files."""
+
+    session_id: str
+    rules: list[str]
+    """Standing rules of its user and system messages, verbatim, earliest first, within the carried cap."""
+    rules_left_out: list[str]
+    """Rules the cap left out."""
+    read: list[str]
+    """Files its tool calls read and did not modify, most recent first."""
+    modified: list[str]
+    """Files its tool calls modified, most recent first."""
+
+
+@attrs.define
 class SessionsParams:
     """Params of ``memory/sessions``."""
 

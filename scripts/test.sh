@@ -12,6 +12,12 @@ run() {
     printf '\n== %s\n' "$name"
     "$@" || failed+=("$name")
 }
+# The real coding agents the tests drive (pinned in tests/agents/npm, installed once into a cache); with them
+# installed here, a missing agent fails its tests instead of skipping them. SKIP_AGENTS=1 leaves them out.
+if [ -z "${SKIP_AGENTS:-}" ]; then
+    run agents .venv/bin/python -m tests.agents.install
+    export CONTEXT_SIDECAR_REQUIRE_AGENTS=1
+fi
 run ruff .venv/bin/ruff check sidecar protocol tests bench examples
 run mypy .venv/bin/mypy
 run pytest .venv/bin/python -m pytest -q "$@"

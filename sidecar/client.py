@@ -16,7 +16,7 @@ from typing import IO, Any, TypeVar
 from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
-from sidecar.rpc.framing import Frame, FrameReader, encode
+from sidecar.framing import Frame, FrameReader, encode
 from sidecar.wire import ParamsError, structure, unstructure
 
 log = logging.getLogger(__name__)
@@ -321,6 +321,10 @@ class SidecarClient:
     async def describe(self, session_id: str, id: str) -> t.DescribeResult:
         """memory/describe: one message or summary and its place in the DAG."""
         return await self._call(methods.MEMORY_DESCRIBE, t.DescribeParams(session_id, id), t.DescribeResult)
+
+    async def rules(self, session_id: str) -> t.RulesResult:
+        """memory/rules (*extension*): the session's standing rules and the files it read and modified."""
+        return await self._call(methods.MEMORY_RULES, t.RulesParams(session_id), t.RulesResult)
 
     async def sessions(self) -> t.SessionsResult:
         """memory/sessions: every stored session."""

@@ -17,7 +17,7 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
-from tests.helpers.hosts import runtime_dir
+from tests.helpers.hosts import short_runtime
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
 """Each test's server opens its database itself; tests/test_sharing.py covers the shared default."""
@@ -140,7 +140,8 @@ async def running_sidecar(
 @pytest.fixture
 def runtime() -> Iterator[Path]:
     """An XDG_RUNTIME_DIR of the test's own for the hosts of shared databases, killed after the test."""
-    yield from runtime_dir()
+    with short_runtime() as path:
+        yield path
 
 
 @pytest.fixture

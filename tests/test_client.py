@@ -18,7 +18,7 @@ from protocol import errors as codes
 from protocol import methods
 from protocol.types import IngestResult, Usage, WillCompactParams, WillCompactResult
 from sidecar.client import SidecarClient, SidecarConnectionLost, SidecarRequestError
-from sidecar.rpc.framing import encode as frame
+from sidecar.framing import encode as frame
 
 LIMIT = 20.0
 """No single test step may hang longer than this."""

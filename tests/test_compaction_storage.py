@@ -11,10 +11,10 @@ import pytest
 from protocol.types import IngestParams
 from sidecar.config.settings import read_settings
 from sidecar.engine.messages import message_text
+from sidecar.rows import StorageFailure
 from sidecar.services.compaction.engine import Compaction
 from sidecar.services.memory import ingest
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.tools.synthetic import coding_session

@@ -13,7 +13,7 @@ import pytest
 
 from protocol import errors, methods
 from sidecar.config.paths import default_storage_path
-from sidecar.rpc.framing import FrameReader, encode
+from sidecar.framing import FrameReader, encode
 from tests.conftest import SERVER_COMMAND
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from protocol import errors
-from sidecar.rpc.framing import FrameReader, encode
+from sidecar.framing import FrameReader, encode
 from tests.conftest import SERVER_COMMAND
 
 
@@ -194,7 +194,7 @@ def test_frame_reader_handles_split_and_joined_frames():
 
 
 def test_take_frames_cuts_whole_raw_frames_and_leaves_a_partial_one() -> None:
-    from sidecar.rpc.framing import encode, take_frames
+    from sidecar.framing import encode, take_frames
 
     first, second = encode({"id": 1, "result": "é"}), encode({"method": "x"})
     typed = b'Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: 2\r\n\r\n{}'

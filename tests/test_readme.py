@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.rpc.framing import FrameReader, encode
+from sidecar.framing import FrameReader, encode
 from sidecar.testing import FakeOpenAIServer
 from sidecar.testing.standin import respond
 

@@ -22,11 +22,15 @@ from protocol import errors as codes
 from protocol import methods
 from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
-from sidecar.rpc.framing import FrameReader
-from tests.helpers.hosts import WAIT, env_for, host_hello, host_pid, sock_of
+from tests.helpers.hosts import WAIT, host_hello, host_pid, sock_of
 
 CLI = [sys.executable, "-m", "sidecar"]
+
+
+def env_for(runtime: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
 
 
 async def spawn(db: Path, runtime: Path, **kwargs: Any) -> SidecarClient:

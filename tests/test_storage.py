@@ -13,7 +13,8 @@ from protocol import errors, methods
 from sidecar.config.paths import default_storage_path, legacy_workspace_path
 from sidecar.config.settings import size_in_bytes
 from sidecar.engine.messages import message_row
-from sidecar.storage import Storage, StorageLocked, database
+from sidecar.rows import StorageLocked
+from sidecar.storage import Storage, database
 from sidecar.storage.connection import ROW_GROUP_SIZE, SCAN_MEMORY_LIMIT
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.tools.synthetic import coding_session

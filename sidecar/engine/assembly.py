@@ -1,7 +1,7 @@
 """Choosing the context for the next LLM call: fresh tail, budget fill, tool pairing, pruning.
 
 Pure functions over context items (anything with the attributes of
-``sidecar.storage.ItemRow``); the caller fetches items and renders messages.
+``sidecar.rows.ItemRow``); the caller fetches items and renders messages.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from sidecar.storage.rows import ItemRow
+from sidecar.rows import ItemRow
 
 MAX_LEAF_CHUNK_TOKENS = 12_000
 """Upper bound on one leaf's sources, so that one summarizer call stays a reasonable size."""

@@ -24,8 +24,8 @@ from typing import Any
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, Settings, StorageSettings
 from sidecar.config.sockets import ShareError, check_owner, database_key
+from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
-from sidecar.rpc.framing import FrameReader
 from sidecar.rpc.startup import EarlyStart
 from sidecar.services.errors import SidecarError
 from sidecar.services.state import Sidecar

@@ -13,10 +13,10 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from protocol import errors as codes
 from protocol import methods
-from sidecar.rpc.framing import frame_body
+from sidecar.framing import frame_body
+from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import StorageFailure
 from sidecar.wire import RawJSON, dumps, utf8
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ from typing import Any
 from protocol import errors as codes
 from protocol import methods
 from sidecar.config.sockets import ShareError, database_key, lock_path, socket_path
+from sidecar.framing import FrameReader, encode, take_frames
 from sidecar.rpc import handshake
-from sidecar.rpc.framing import FrameReader, encode, take_frames
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from protocol import errors as codes
 from protocol import methods, types
 from sidecar import __version__
 from sidecar.config.settings import summarizer_name
-from sidecar.rpc.framing import Frame, FrameReader, watch_input
+from sidecar.framing import Frame, FrameReader, watch_input
 from sidecar.rpc.pygls_adapter import SidecarProtocol
 from sidecar.rpc.startup import sidecar_capabilities
 from sidecar.services.compaction.runner import CompactionRunner, PeerRequestFailed
@@ -45,6 +45,7 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.MEMORY_PIN: types.PinParams,
     methods.MEMORY_CALL_TOOL: types.CallToolParams,
     methods.CONTEXT_FOLLOW: types.FollowParams,
+    methods.MEMORY_RULES: types.RulesParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5

@@ -21,7 +21,7 @@ from protocol import methods
 from sidecar import __version__
 from sidecar.config.paths import default_storage_path, workspace_path
 from sidecar.config.settings import read_settings, summarizer_name
-from sidecar.rpc.framing import Frame, FrameReader, encode
+from sidecar.framing import Frame, FrameReader, encode
 
 FIRST_MESSAGE_WAIT = 0.5
 """Seconds to wait for the first message before leaving it to the server."""

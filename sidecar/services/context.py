@@ -12,11 +12,11 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_p
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import default_budget
+from sidecar.rows import ItemRow, SessionRow, SummaryRow
 from sidecar.services.errors import invalid_params
 from sidecar.services.memory import iso
 from sidecar.services.prompt import Prompt, leading_breakpoints
 from sidecar.services.state import PLACEHOLDER_TOKENS, Sidecar
-from sidecar.storage.rows import ItemRow, SessionRow, SummaryRow
 from sidecar.wire import RawJSON, dumps, unstructure, utf8
 
 log = logging.getLogger(__name__)

@@ -26,17 +26,20 @@ from protocol.types import (
     IngestResult,
     PinParams,
     PinResult,
+    RulesParams,
+    RulesResult,
     SessionInfo,
     SessionsResult,
     SessionSummary,
 )
 from sidecar.config.paths import workspace_key
 from sidecar.engine.assembly import is_prunable_output
+from sidecar.engine.footer import session_standing
 from sidecar.engine.messages import MessageRow, check_message, message_row
 from sidecar.engine.rules import footer_rules
+from sidecar.rows import StoredMessage, SummaryRow
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.wire import ParamsError
 
 DEFAULT_TOKEN_CAP = 4000
@@ -233,6 +236,15 @@ def pin(sidecar: Sidecar, params: PinParams) -> PinResult:
         raise SidecarError(codes.ID_NOT_FOUND, f"no message {missing[0]!r} in session {params.session_id!r}; "
                            "nothing was changed", {"id": missing[0], "ids": missing})
     return PinResult(ids=changed, usage=sidecar.usage(sidecar.session(session.session_id)))
+
+
+def rules(sidecar: Sidecar, params: RulesParams) -> RulesResult:
+    """The session's standing rules and the files it read and modified, over its whole stored history."""
+    session = sidecar.session(params.session_id)
+    rows = sidecar.store().rule_and_call_messages(session.session_id)
+    standing = session_standing((json.loads(raw), text) for raw, text in rows)
+    return RulesResult(session_id=session.session_id, rules=standing.rules, rules_left_out=standing.rules_left_out,
+                       read=standing.read, modified=standing.modified)
 
 
 def sessions(sidecar: Sidecar, workspace: str | None = None) -> SessionsResult:

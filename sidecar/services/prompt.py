@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from sidecar.storage.rows import Anchors, ItemRow, SessionRow
+from sidecar.rows import Anchors, ItemRow, SessionRow
 
 MAX_BREAKPOINTS = 4
 

@@ -22,8 +22,8 @@ from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, smoothed_growth, step_pa
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import compaction_threshold, default_budget, usage_figures
+from sidecar.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 from sidecar.services.errors import SidecarError, unknown_session
-from sidecar.storage.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 
 if TYPE_CHECKING:
     from sidecar.storage.database import Storage

@@ -1,28 +1,15 @@
 """Storage: one class (``database.Storage``) owns the DuckDB connection and every SQL statement.
 
 ``connection.connect`` opens and configures that connection (row groups, memory limits, the lock).
-
-Rows and errors live in ``rows``, which does not import DuckDB, so that start-up stays quick;
-``Storage`` is loaded on first use.
+Its rows and errors are ``sidecar.rows``, on the lowest layer, so every layer can hold them without
+importing DuckDB; ``Storage`` is loaded on first use, keeping start-up quick.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sidecar.storage.rows import (
-    ItemRow,
-    SearchHit,
-    SessionRow,
-    StorageFailure,
-    StorageLocked,
-    StoredMessage,
-    SummaryRow,
-    utcnow,
-)
-
-__all__ = ["ItemRow", "SearchHit", "SessionRow", "Storage", "StorageFailure", "StorageLocked", "StoredMessage",
-           "SummaryRow", "utcnow"]
+__all__ = ["Storage"]
 
 
 def __getattr__(name: str) -> Any:

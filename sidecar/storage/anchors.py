@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.storage.rows import NO_ANCHORS, Anchors, ItemRow, SessionRow, utcnow
+from sidecar.rows import NO_ANCHORS, Anchors, ItemRow, SessionRow, utcnow
 
 _COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id, tool_call_ids"
 class AnchorQueries:

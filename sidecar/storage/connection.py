@@ -9,7 +9,7 @@ import re
 import duckdb
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, MEMORY_SIZE
-from sidecar.storage.rows import StorageFailure, StorageLocked
+from sidecar.rows import StorageFailure, StorageLocked
 
 log = logging.getLogger(__name__)
 MEMORY = ":memory:"

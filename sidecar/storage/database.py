@@ -15,6 +15,15 @@ import attrs
 import duckdb
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT
+from sidecar.rows import (
+    Anchors,
+    ItemRow,
+    SearchHit,
+    SessionRow,
+    StorageFailure,
+    StoredMessage,
+    utcnow,
+)
 from sidecar.storage.anchors import AnchorQueries
 from sidecar.storage.connection import (
     CHECKPOINT_WAL_BYTES,
@@ -29,15 +38,6 @@ from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
-from sidecar.storage.rows import (
-    Anchors,
-    ItemRow,
-    SearchHit,
-    SessionRow,
-    StorageFailure,
-    StoredMessage,
-    utcnow,
-)
 from sidecar.storage.tail import TailCache
 from sidecar.storage.workspace import WorkspaceQueries
 
@@ -398,6 +398,11 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             [session_id, list(ids)],
         ).fetchall()
         return {row[0]: StoredMessage(*row) for row in rows}
+
+    def rule_and_call_messages(self, session_id: str) -> list[tuple[str, str]]:
+        """(raw, text) of the session's user and system messages and tool calls, in order: what its footers read."""
+        return self._scan("SELECT raw, text FROM messages WHERE session_id = ? "
+                          "AND (role IN ('user', 'system') OR tool_call_ids IS NOT NULL) ORDER BY seq", [session_id])
 
     # Search
 

@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 
 from sidecar.engine.messages import MessageRow
-from sidecar.storage.rows import SessionRow
+from sidecar.rows import SessionRow
 from sidecar.storage.tail import TailCache
 
 

@@ -13,7 +13,7 @@ import attrs
 import duckdb
 
 from sidecar.engine.messages import MessageRow
-from sidecar.storage.rows import Anchors, ItemRow, SessionRow, prune_rule_parts, utcnow
+from sidecar.rows import Anchors, ItemRow, SessionRow, prune_rule_parts, utcnow
 from sidecar.storage.tail import TailCache
 
 

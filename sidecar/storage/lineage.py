@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
+from sidecar.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from sidecar.storage.rows import ItemRow
+from sidecar.rows import ItemRow
 
 MAX_SESSIONS = 8
 SLACK_ITEMS = 512

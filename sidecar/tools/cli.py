@@ -26,6 +26,8 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
+  setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
   mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
 
@@ -116,6 +118,42 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
 
+    hook = commands.add_parser(
+        "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
+        description="Read a Claude Code hook's JSON on stdin and act on it through the shared host: PreCompact imports "
+                    "the transcript to its last line; SessionStart (source compact) prints additionalContext with the "
+                    "session's standing rules and the files it modified and read; PostCompact records Claude Code's "
+                    "summary with the session. It always exits 0 within 20 s: a problem (bad input, an unknown event, "
+                    "a missing transcript, no host) is one line on stderr and in the log (--log-file, default "
+                    "hook.log in the per-user log directory), and Claude Code goes on.")
+    hook.add_argument("agent", metavar="AGENT", help="the agent whose hook this is: claude-code")
+
+    setup = commands.add_parser(
+        "setup", parents=[in_command], help="add the memory tools to Claude Code or Codex",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Write context-sidecar's MCP server (the memory tools) into the agent's own user config, and for Claude Code
+its compaction hooks too, so that every session of the agent, claude -p and codex exec included, has them.
+Everything else in those files keeps its bytes; running it again changes nothing; it prints what it changed.""",
+        epilog="""\
+claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.context-sidecar;
+  ~/.claude/settings.json: hooks PreCompact, SessionStart (matcher compact), PostCompact running
+  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (claude -p calls no tool
+  without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
+  Claude Code reads them in a folder you trust.
+codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
+  (codex exec starts no optional server) and default_tools_approval_mode = "approve" (codex exec asks no
+  one). --project: .codex/config.toml, which Codex reads in a trusted project.
+A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
+is written and the exit code is 1. --db PATH is passed on to the server and the hooks.""")
+    setup.add_argument("agent", choices=["claude-code", "codex"], help="the agent to set up")
+    setup.add_argument("--project", nargs="?", const=".", metavar="DIR",
+                       help="write the project's files in DIR (default: this folder) instead of the user config")
+    setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+    setup.add_argument("--remove", action="store_true",
+                       help="take out exactly what setup adds (the server, its hooks and permission entries); a "
+                            "file left empty is deleted")
+
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
         description="Open --db and serve it on a Unix socket to every context-sidecar relaying to it; exit, with "
@@ -198,6 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.mcp.server import run
 
         return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
+    if args.command == "hook":
+        from sidecar.tools.hook import run_hook
+
+        return run_hook(args.agent, db=args.db, log_file=args.log_file)
+    if args.command == "setup":
+        from sidecar.tools.setup import run_setup
+
+        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")

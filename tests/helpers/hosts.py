@@ -1,4 +1,4 @@
-"""Hosts of shared databases in tests: a runtime directory of the test's own, and the host behind a socket."""
+"""Shared databases' hosts in tests: a short runtime directory of a test's own, and the hosts left in it stopped."""
 
 from __future__ import annotations
 
@@ -20,25 +20,6 @@ from sidecar.rpc import handshake
 WAIT = 30.0
 
 
-def runtime_dir() -> Iterator[Path]:
-    """A short XDG_RUNTIME_DIR of its own (socket paths are limited to 108 bytes); its hosts are killed after."""
-    path = Path(tempfile.mkdtemp(prefix="cs-"))
-    yield path
-    for sock in path.glob("context-sidecar/*.sock"):
-        with contextlib.suppress(Exception):
-            os.kill(host_pid(sock), signal.SIGKILL)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def env_for(runtime: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-
-
-def sock_of(runtime: Path, db: Path) -> Path:
-    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
-        return socket_path(str(db))
-
-
 def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:
     """Connect as a relay would and return the host's handshake."""
     with socket.socket(socket.AF_UNIX) as sock:
@@ -51,3 +32,22 @@ def host_hello(sock_file: Path, **extra: Any) -> dict[str, Any]:
 
 def host_pid(sock_file: Path) -> int:
     return int(host_hello(sock_file)["pid"])
+
+
+@contextlib.contextmanager
+def short_runtime() -> Iterator[Path]:
+    """A short XDG_RUNTIME_DIR (socket paths are limited to 108 bytes); its hosts are killed at the end."""
+    path = Path(tempfile.mkdtemp(prefix="cs-"))
+    try:
+        yield path
+    finally:
+        for sock in path.glob("context-sidecar/*.sock"):
+            with contextlib.suppress(Exception):
+                os.kill(host_pid(sock), signal.SIGKILL)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sock_of(runtime: Path, db: Path) -> Path:
+    """The socket of ``db``'s host under the runtime directory ``runtime``."""
+    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
+        return socket_path(str(db))

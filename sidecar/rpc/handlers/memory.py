@@ -15,6 +15,7 @@ from protocol.types import (
     ImportParams,
     IngestParams,
     PinParams,
+    RulesParams,
     SessionsParams,
 )
 from sidecar.rpc.server import SidecarServer
@@ -61,6 +62,12 @@ def setup(server: SidecarServer) -> None:
     @server.feature(methods.MEMORY_DESCRIBE)
     async def describe(ls: SidecarServer, params: DescribeParams) -> Any:
         return unstructure(memory.describe(ls.sidecar, params))
+
+    @server.feature(methods.MEMORY_RULES)
+    async def rules(ls: SidecarServer, params: RulesParams) -> Any:
+        result = memory.rules(ls.sidecar, params)
+        ls.settle_later()  # a scan of the session's messages
+        return unstructure(result)
 
     @server.feature(methods.MEMORY_SESSIONS)
     async def sessions(ls: SidecarServer, params: SessionsParams) -> Any:

@@ -30,10 +30,10 @@ from sidecar.engine.footer import carried_footer
 from sidecar.engine.rules import footer_rules
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
+from sidecar.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.services.memory import iso
 from sidecar.services.state import Sidecar
 from sidecar.storage.lineage import Replaced
-from sidecar.storage.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from protocol import errors as codes
 from protocol import methods
 from protocol.types import CompactParams, CompactResult, DidCompactParams, Usage, WillCompactParams
+from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
-from sidecar.storage.rows import StorageFailure
 from sidecar.summarizers.base import Summarizer, SummarizerError
 from sidecar.wire import unstructure
 

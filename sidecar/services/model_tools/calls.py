@@ -16,13 +16,13 @@ import attrs
 from protocol import errors as codes
 from protocol.types import DescribeParams, ExpandParams, GrepMatch, GrepParams
 from sidecar.engine.messages import message_text
+from sidecar.rows import StoredMessage, SummaryRow
 from sidecar.services import memory
 from sidecar.services.errors import SidecarError
 from sidecar.services.memory import iso
 from sidecar.services.model_tools import definitions as d
 from sidecar.services.model_tools.scope import Scope, locate
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import StoredMessage, SummaryRow
 from sidecar.summarizers.deterministic import truncate_to_tokens
 
 RESULT_TOKENS = 4000

@@ -8,9 +8,9 @@ from typing import Any
 import attrs
 
 from sidecar.config.paths import workspace_key
+from sidecar.rows import SessionRow
 from sidecar.services.memory import iso
 from sidecar.services.state import Sidecar
-from sidecar.storage.rows import SessionRow
 
 TITLE_CHARS = 60
 

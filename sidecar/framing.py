@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    import asyncio  # not imported at run time: early.py reads frames before anything heavy loads
+    import asyncio  # not imported at run time: rpc/startup.py reads frames before anything heavy loads
 
 _HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)[ \t]*\r\n", re.IGNORECASE)
 _HEADER_END = b"\r\n\r\n"

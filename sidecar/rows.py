@@ -1,4 +1,4 @@
-"""Rows and errors of the storage layer."""
+"""Rows and errors of storage: plain types on the lowest layer, so every layer can hold them without DuckDB."""
 
 from __future__ import annotations
 
