@@ -64,7 +64,7 @@ async def test_the_clients_roots_are_the_workspace_and_without_an_answer_the_wor
                                                "error": {"code": -32603, "message": "no roots today"}}
         await failing.initialize()
         refused = await failing.text("memory_grep", {"pattern": "platypus"})
-    assert "PLATYPUS-7" in from_roots and "PLATYPUS-9" not in from_roots
+    assert "PLATYPUS-7" in from_roots and "PLATYPUS-9" not in from_roots, from_roots
     for text in (empty_roots, refused):  # the working directory, ws-b
         assert "PLATYPUS-9" in text and "PLATYPUS-7" not in text and "In session b-only (current;" in text
 

@@ -90,9 +90,10 @@ class McpServer:
         self.roots: list[str] | None = None
         """The client's root directories once it answered roots/list; None before (or without roots)."""
         self.log_level: str | None = None
-        self._roots_request: asyncio.Future[Any] | None = None
+        self._roots_request: asyncio.Future[None] | None = None
+        """Done once the latest roots/list was answered and its answer applied."""
         self._ids = itertools.count(1)  # integer ids: some clients refuse string ids
-        self._outgoing: dict[int, asyncio.Future[Any]] = {}
+        self._outgoing: dict[int, Callable[[Any, RequestError | None], None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
 
     # Output
@@ -258,37 +259,37 @@ class McpServer:
         if not self._has_roots():
             return
         msg_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._outgoing[msg_id] = future
-        self._roots_request = future
-        future.add_done_callback(self._roots_answered)
+        request: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._roots_request = request
+        self._outgoing[msg_id] = lambda result, error: self._roots_answered(request, result, error)
         self.send({"jsonrpc": "2.0", "id": msg_id, "method": "roots/list"})
 
     def _response(self, message: dict[str, Any]) -> None:
+        """A reply to a request of ours, handed to its handler at once (before any other message is read)."""
         msg_id = message.get("id")
-        future = self._outgoing.pop(msg_id, None) if isinstance(msg_id, int) else None
-        if future is None or future.done():
+        handler = self._outgoing.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if handler is None:
             log.info("ignored a response to no request of ours (id %r)", msg_id)
-        elif isinstance(message.get("error"), dict):
-            future.set_exception(RequestError(message["error"].get("code", INTERNAL_ERROR),
-                                              str(message["error"].get("message", ""))))
-        else:
-            future.set_result(message.get("result"))
-
-    def _roots_answered(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
             return
-        if future.exception() is not None:
-            log.warning("roots/list failed (%s); the workspace is the working directory %s", future.exception(),
-                        self.cwd)
+        error = message.get("error")
+        if isinstance(error, dict):
+            handler(None, RequestError(error.get("code", INTERNAL_ERROR), str(error.get("message", ""))))
+        else:
+            handler(message.get("result"), None)
+
+    def _roots_answered(self, request: asyncio.Future[None], result: Any, error: RequestError | None) -> None:
+        if error is not None:
+            log.warning("roots/list failed (%s); the workspace is the working directory %s", error, self.cwd)
             paths: list[str] = []
         else:
-            paths = root_paths(future.result())
+            paths = root_paths(result)
             if not paths:
                 log.warning("the client has no file:// root; the workspace is the working directory %s", self.cwd)
-        if future is self._roots_request:  # not overtaken by a later roots/list
+        if request is self._roots_request:  # not overtaken by a later roots/list
             self.roots = paths
             self.link.set_workspace(paths[0] if paths else self.cwd)
+        if not request.done():
+            request.set_result(None)
 
     async def workspace(self) -> str:
         """The client's first root; the working directory without roots or an answer within ROOTS_WAIT."""
