@@ -345,6 +345,30 @@ class SidecarClient:
         params = t.ImportParams(path, session_id, format, follow)
         return await self._call(methods.MEMORY_IMPORT, params, t.ImportResult)
 
+    async def record_compaction(self, session_id: str, summary: str, source: str,
+                                trigger: t.CompactionTrigger | None = None,
+                                id: str | None = None) -> t.RecordCompactionResult:
+        """memory/recordCompaction: store a compaction the agent made itself (its summary) with the session."""
+        params = t.RecordCompactionParams(session_id, summary, source, trigger, id)
+        return await self._call(methods.MEMORY_RECORD_COMPACTION, params, t.RecordCompactionResult)
+
+    async def watch(self, workspace: str, env: dict[str, str] | None = None, directories: list[str] | None = None,
+                    watch: bool = True) -> t.WatchResult:
+        """memory/watch: have the host follow the workspace's agent transcripts while this client is connected.
+
+        ``env`` defaults to this process's agent variables (HOME, CLAUDE_CONFIG_DIR, CODEX_HOME, …).
+        """
+        from sidecar.agents.locations import agent_env
+
+        params = t.WatchParams(workspace, watch, agent_env() if env is None else env, directories)
+        return await self._call(methods.MEMORY_WATCH, params, t.WatchResult)
+
+    async def follow(self, session_id: str | None = None, workspace: str | None = None,
+                     follow: bool = True) -> t.FollowResult:
+        """context/follow: receive a session's (or a workspace's sessions') usage and compactions."""
+        params = t.FollowParams(follow, session_id, workspace)
+        return await self._call(methods.CONTEXT_FOLLOW, params, t.FollowResult)
+
     async def report_usage(self, session_id: str, input_tokens: int, output_tokens: int,
                            cache_read_tokens: int | None = None,
                            cache_write_tokens: int | None = None) -> None:

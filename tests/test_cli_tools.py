@@ -181,7 +181,7 @@ def test_replay_of_a_one_prompt_agent_run_compacts_mid_run(tmp_path: Path) -> No
     path.write_text(json.dumps({"history": history}))
     result = run("replay", path, "--context-window", "32000", "--quiet")
     assert result.returncode == 0, result.stderr
-    assert "in 1 turns" in result.stdout
+    assert "in 1 turn (" in result.stdout
     # Each step assembles and lets compaction run: one turn, several compactions inside it.
     assert len(COMPACTION.findall(result.stdout)) >= 2
     turns = TURN.findall(result.stdout)

@@ -173,3 +173,30 @@ def handoff_span(nodes: Sequence[Node], fresh_tail: int, keep_tokens: int) -> tu
 
 def _starts_turn(node: Node) -> bool:
     return node.kind == "message" and node.role == "user"
+
+
+def nothing_to_compact(nodes: Sequence[Node], mode: str, fresh_tail: int, keep_tokens: int, leaf_chunk_size: int,
+                       condensed_min_fanout: int) -> str:
+    """Why a compaction found nothing to replace, naming the settings that decide it."""
+    if mode == "handoff":
+        tail_start = protected_tail_start(nodes, fresh_tail, keep_tokens)
+        return (f"nothing to compact: all {_count(nodes, len(nodes))} are in the kept tail "
+                f"(compaction.freshTail: the newest {fresh_tail} messages, compaction.keepRecentTokens: "
+                f"{keep_tokens:,} tokens)" if tail_start == 0 else
+                "nothing to compact: the only thing before the kept tail is the previous handoff summary")
+    tail_start = protected_tail_start(nodes, fresh_tail)
+    older = _count(nodes, tail_start)
+    anchored = any(node.anchored for node in nodes[:tail_start])
+    reason = (f"nothing to compact: {older} before the fresh tail (compaction.freshTail: the newest {fresh_tail} "
+              f"messages stay), and a leaf summary needs a run of compaction.leafChunkSize ({leaf_chunk_size})")
+    if anchored:
+        reason += " not broken by a system or pinned message"
+    if any(node.kind == "summary" for node in nodes[:tail_start]):
+        reason += (f"; summaries are condensed in runs of compaction.condensedMinFanout ({condensed_min_fanout}) "
+                   "of one depth")
+    return reason
+
+
+def _count(nodes: Sequence[Node], end: int) -> str:
+    messages = sum(1 for node in nodes[:end] if node.kind == "message")
+    return f"{messages} message" if messages == 1 else f"{messages} messages"

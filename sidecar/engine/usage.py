@@ -15,6 +15,19 @@ HINTS = {
 }
 
 
+NOT_COMPACTED = {
+    "compact": "Context {percent:.0f}% full, over the compaction threshold, and auto-compaction replaced nothing: "
+               "{reason}",
+    "overflow": "Context {percent:.0f}% full, over the model's window, and auto-compaction replaced nothing "
+                "(older messages are dropped): {reason}",
+}
+
+
+def not_compacted_hint(state: UsageState, percent: float, reason: str) -> str | None:
+    """The hint over the threshold when the last auto-compaction replaced nothing: why, instead of "/compact"."""
+    return NOT_COMPACTED[state].format(percent=percent, reason=reason) if state in NOT_COMPACTED else None
+
+
 @attrs.define(frozen=True)
 class UsageFigures:
     tokens: int

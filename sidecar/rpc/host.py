@@ -121,6 +121,10 @@ class Host:
         self._done: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._frozen = False
+        from sidecar.rpc.watching import host_watcher
+
+        self.transcripts = host_watcher(self)
+        """Follows the agent transcripts of the workspaces its connections watch (memory/watch)."""
 
     def open(self) -> None:
         """Open the database (ShareError or SidecarError when it cannot be)."""
@@ -157,6 +161,7 @@ class Host:
         finally:
             loop.remove_reader(self._listener.fileno())
             self._close_listener()
+            await self.transcripts.close()
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -197,7 +202,10 @@ class Host:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        task = asyncio.get_running_loop().create_task(self._connection(sock))
+        self.keep(asyncio.get_running_loop().create_task(self._connection(sock)))
+
+    def keep(self, task: asyncio.Task[Any]) -> None:
+        """Keep a task until it ends; the host cancels those still running when it closes."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -293,8 +301,9 @@ class Host:
         return [server for server in self.servers if server is not origin and server.follows(session_id, workspace)]
 
     async def _drop(self, server: Any) -> None:
-        """A connection ended: its background work stops, and it follows nothing any more."""
+        """A connection ended: its background work stops, and it follows and watches nothing any more."""
         self.servers.discard(server)
+        self.transcripts.drop(server)
         for task in list(server.background_tasks):
             task.cancel()
         await asyncio.gather(*server.background_tasks, return_exceptions=True)

@@ -2,7 +2,7 @@
 
 The relay reads what it forwards only to know which requests are in flight (answered -32022, retryable,
 when the host dies) and which messages open the client's protocol session (initialize, initialized,
-settings, follows), replayed to a new host so that the client does not notice the change beyond those
+settings, follows, watches), replayed to a new host so that the client does not notice the change beyond those
 errors. The host is started on demand, under a lock, by whichever relay finds no host listening.
 """
 
@@ -39,7 +39,8 @@ RECONNECT_WAIT = 30.0
 """Seconds a relay keeps trying to reach or start a new host after its host died."""
 HOST_LEAVING_WAIT = 2.0
 """Seconds a new relay retries starting a host before it opens the database itself (see ``serve``)."""
-REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW)
+REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW,
+            methods.MEMORY_WATCH)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
 
@@ -234,7 +235,7 @@ class Relay:
             self.in_flight[msg_id] = method  # other ids are the host's to refuse, and never answered by id
         if method in REPLAYED:
             kept = self.opening.setdefault(method, [])
-            if method == methods.CONTEXT_FOLLOW:
+            if method in (methods.CONTEXT_FOLLOW, methods.MEMORY_WATCH):
                 kept.append(message)
             else:
                 kept[:] = [message]

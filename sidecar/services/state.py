@@ -21,7 +21,7 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is
 from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, smoothed_growth, step_pays
 from sidecar.engine.messages import RenderedMessages
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
-from sidecar.engine.usage import compaction_threshold, default_budget, usage_figures
+from sidecar.engine.usage import compaction_threshold, default_budget, not_compacted_hint, usage_figures
 from sidecar.rows import ItemRow, SessionRow, StorageFailure, StorageLocked, prune_rule_key
 from sidecar.services.errors import SidecarError, unknown_session
 
@@ -58,8 +58,8 @@ class Sidecar:
     """Assembled messages as JSON text, reused while they stay in the context."""
     auto_backoff: dict[str, tuple[float, float]] = attrs.field(factory=dict)
     """Per session, after a failed auto-compaction: (not before this monotonic time, the next delay)."""
-    auto_idle_at: dict[str, int] = attrs.field(factory=dict)
-    """Per session: context size at which auto-compaction last found nothing to do."""
+    auto_idle_at: dict[str, tuple[int, str]] = attrs.field(factory=dict)
+    """Per session: context size at which auto-compaction last found nothing to do, and why."""
     prompts: dict[str, Any] = attrs.field(factory=dict)
     """Per session: its previous assembled prompt (``sidecar.services.prompt.Prompt``), for stablePrefix and deltas."""
     cache_hits: dict[str, tuple[float, float]] = attrs.field(factory=dict)
@@ -333,6 +333,8 @@ class Sidecar:
         pruned = 0 if postpone else max(0, self.estimated_tokens(session, prune=False) - estimate)
         figures = usage_figures(tokens, window, self.settings.compaction, session.session_id in self.compacting,
                                 pruned)
+        idle = self.auto_idle_at.get(session.session_id) if self.settings.compaction.automatic else None
+        hint = (idle and not_compacted_hint(figures.state, figures.percent, idle[1])) or figures.hint
         return Usage(
             session_id=session.session_id,
             tokens=figures.tokens,
@@ -343,7 +345,7 @@ class Sidecar:
             source=source,
             messages=session.message_count,
             summaries=session.summary_count,
-            hint=figures.hint,
+            hint=hint,
             calibration=round(session.calibration, 4),
             reported_tokens=session.reported_tokens,
             cache_hit_rate=hits[0] if (hits := self.cache_hits.get(session.session_id)) else None,

@@ -259,7 +259,7 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._anchors.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",
-                                   "sessions")])
+                                   "agent_compactions", "sessions")])
         return True
 
     def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:

@@ -111,6 +111,19 @@ def prompt_chars(api: Api | None, body: Any) -> int:
     return len(_flat(items)) + len(_flat(system))
 
 
+def chat_prompt_tokens(body: Any) -> int:
+    """A chat prompt's tokens as the fake counts them for the window: UTF-8 bytes of each message's content
+    over four, rounded up, plus four per message."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    total = 0
+    for message in messages or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        size = len(json.dumps(content, ensure_ascii=False).encode("utf-8")) if isinstance(content, list) else \
+            len(str(content or "").encode("utf-8"))
+        total += -(-size // 4) + 4
+    return total
+
+
 def _flat(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
 
@@ -124,3 +137,38 @@ def _last_turn(body: Any) -> dict[str, Any]:
 def _list(body: Any, key: str) -> list[Any]:
     value = body.get(key) if isinstance(body, dict) else None
     return value if isinstance(value, list) else []
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received."""
+
+    method: str
+    path: str
+    """The path without the query string."""
+    headers: dict[str, str]
+    """Header names in lower case."""
+    body: Any
+    """The JSON body, or None when there was none or it was not JSON."""
+    raw: bytes
+    """The body's bytes as received."""
+    query: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    api: Api | None = None
+    """Which API the path belongs to (``anthropic``, ``responses``, ``chat``, ``count_tokens``), or None."""
+    at: float = 0.0
+    """``time.monotonic()`` when it arrived."""
+
+    @property
+    def tools(self) -> list[OfferedTool]:
+        """The tools the request offers the model."""
+        return offered_tools(self.body)
+
+    @property
+    def last_user_text(self) -> str:
+        """The newest user message's text."""
+        return last_user_text(self.api, self.body)
+
+    @property
+    def tool_result(self) -> str | None:
+        """The text of the tool result that ends the conversation, or None."""
+        return newest_tool_result(self.api, self.body)

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
+from sidecar.testing.conversation import chat_prompt_tokens as prompt_tokens
 from sidecar.testing.provider import FakeProvider, RecordedRequest, Reply, Responder
-from sidecar.testing.provider import openai_prompt_tokens as prompt_tokens
 
 
 class FakeOpenAIServer(FakeProvider):

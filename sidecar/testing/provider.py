@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import dataclasses
 import json
 import signal
 import socket
@@ -29,80 +28,11 @@ from typing import Any, Self
 
 import sidecar.testing.anthropic_wire as anthropic_wire
 import sidecar.testing.openai_wire as openai_wire
-from sidecar.testing.conversation import (
-    Api,
-    OfferedTool,
-    api_of,
-    last_user_text,
-    newest_tool_result,
-    offered_tools,
-    prompt_chars,
-)
+from sidecar.testing.conversation import Api, OfferedTool, RecordedRequest, api_of, chat_prompt_tokens, prompt_chars
+from sidecar.testing.policy import Responder, reference_policy
 from sidecar.testing.replies import Event, Reply, ToolCall, Usage, estimate, new_id, resolved_usage
 
 MODEL_APIS: tuple[Api, ...] = ("anthropic", "responses", "chat")
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordedRequest:
-    """One request the server received."""
-
-    method: str
-    path: str
-    """The path without the query string."""
-    headers: dict[str, str]
-    """Header names in lower case."""
-    body: Any
-    """The JSON body, or None when there was none or it was not JSON."""
-    raw: bytes
-    """The body's bytes as received."""
-    query: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    api: Api | None = None
-    """Which API the path belongs to (``anthropic``, ``responses``, ``chat``, ``count_tokens``), or None."""
-    at: float = 0.0
-    """``time.monotonic()`` when it arrived."""
-
-    @property
-    def tools(self) -> list[OfferedTool]:
-        """The tools the request offers the model."""
-        return offered_tools(self.body)
-
-    @property
-    def last_user_text(self) -> str:
-        """The newest user message's text."""
-        return last_user_text(self.api, self.body)
-
-    @property
-    def tool_result(self) -> str | None:
-        """The text of the tool result that ends the conversation, or None."""
-        return newest_tool_result(self.api, self.body)
-
-
-Responder = Callable[[RecordedRequest], "Reply | str"]
-
-
-def reference_policy(*, trigger: str = "USE_TOOL", tool: str = "memory_grep", arguments: Any = None,
-                     text: str = "Hello from the fake model.", final: str = "FINAL: tool said: ") -> Responder:
-    """A responder that makes one tool round trip: call ``tool`` on ``trigger``, then report the result.
-
-    Newest input a tool result: answers ``final`` + the result (first 300 characters). Newest user text
-    containing ``trigger`` and a tool named ``tool`` offered (else one whose name contains it): calls it
-    with ``arguments`` (default ``{"pattern": "secret"}``), in its namespace if it has one. Else: ``text``.
-    """
-    args = {"pattern": "secret"} if arguments is None else arguments
-
-    def respond(request: RecordedRequest) -> Reply:
-        result = request.tool_result
-        if result is not None:
-            return Reply(text=final + result[:300])
-        if trigger in request.last_user_text:
-            offered = request.tools
-            match = [t for t in offered if t.name == tool] or [t for t in offered if tool in t.name]
-            if match:
-                return Reply(tool_calls=(ToolCall(match[0].name, args, namespace=match[0].namespace),))
-        return Reply(text=text)
-
-    return respond
 
 
 class FakeProvider:
@@ -326,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(request.body, dict):
             return self._error(request, 400, "The request body is not valid JSON.")
         prompt = estimate(prompt_chars(request.api, request.body)) if request.api != "chat" \
-            else openai_prompt_tokens(request.body)
+            else chat_prompt_tokens(request.body)
         if request.api == "count_tokens":
             return self._json(200, anthropic_wire.count_tokens(prompt))
         if fake.context_window is not None and self._over_window(request, prompt, fake.context_window):
@@ -454,19 +384,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
-
-
-def openai_prompt_tokens(body: Any) -> int:
-    """A chat prompt's tokens as the fake counts them for the window: UTF-8 bytes of each message's content
-    over four, rounded up, plus four per message."""
-    messages = body.get("messages") if isinstance(body, dict) else None
-    total = 0
-    for message in messages or ():
-        content = message.get("content") if isinstance(message, dict) else None
-        size = len(json.dumps(content, ensure_ascii=False).encode("utf-8")) if isinstance(content, list) else \
-            len(str(content or "").encode("utf-8"))
-        total += -(-size // 4) + 4
-    return total
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,6 +92,12 @@ class RefusingProxy:
         with self._lock:
             return list(self._attempts)
 
+    def take(self) -> list[Attempt]:
+        """The attempts refused so far, forgotten: for a test that expects some and has checked them."""
+        with self._lock:
+            taken, self._attempts = self._attempts, []
+        return taken
+
     def _record(self, attempt: Attempt) -> None:
         with self._lock:
             self._attempts.append(attempt)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from protocol import methods
 from sidecar import __version__
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", parents=[in_command], help="run the demo session",
                                description="Spawn the real sidecar over stdio, feed it a generated coding-agent "
                                            "session, and print usage, an assembled context and a search hit.")
-    demo.add_argument("--messages", type=int, default=240, help="messages in the generated session (default 240)")
+    demo.add_argument("--messages", type=positive_int, default=240,
+                      help="messages in the generated session, at least 1 (default 240)")
 
     imp = commands.add_parser(
         "import", parents=[in_command], help="import a transcript file",
@@ -114,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "cache read, cache write, and plain input (default read=0.1,write=1.25,input=1, "
                              "Anthropic's 5-minute cache); any subset, each a number >= 0. The sidecar weighs its "
                              "prune steps at the same read and write prices")
+    replay.add_argument("--settings", type=settings_object, default=None, metavar="JSON",
+                        help="more sidecar settings, merged section by section over the replay's own, e.g. "
+                             "'{\"compaction\": {\"freshTail\": 8}}' (docs/configuration.md lists them)")
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
@@ -171,25 +176,31 @@ is written and the exit code is 1. --db PATH is passed on to the server and the 
                     "memory_describe, memory_expand and memory_query over every session of the client's workspace (its "
                     "first MCP root, else this directory), the agent's current session first. It reaches the "
                     "database through its shared host like every client; logs go to stderr or --log-file.")
-    mcp.add_argument("--settings", type=settings_json, metavar="JSON|@FILE",
-                     help="settings for this client's connection, as JSON text or @path to a JSON file, e.g. the "
-                          "summarizer memory_query answers with: '{\"llm\": {\"model\": \"gpt-4o-mini\"}}'")
+    mcp.add_argument("--settings", type=settings_object, metavar="JSON",
+                     help="settings for this client's connection (a JSON object), e.g. the summarizer memory_query "
+                          "answers with: '{\"llm\": {\"model\": \"gpt-4o-mini\"}}'")
     return parser
 
 
-def settings_json(text: str) -> dict[str, object]:
-    """``--settings``: a JSON object given inline or as ``@FILE``, or argparse's error (exit 2)."""
-    import json  # not imported when serving the protocol
-
+def positive_int(text: str) -> int:
+    """A whole number of at least 1, or argparse's error (exit 2)."""
     try:
-        if text.startswith("@"):
-            with open(text[1:], encoding="utf-8") as file:
-                text = file.read()
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def settings_object(text: str) -> dict[str, Any]:
+    """``--settings``: a JSON object, or argparse's error (exit 2) saying what is wrong."""
+    try:
         value = json.loads(text)
-    except (OSError, ValueError) as error:
-        raise argparse.ArgumentTypeError(f"not a JSON object: {error}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("settings must be a JSON object")
+        raise argparse.ArgumentTypeError(f"a JSON object of settings is needed, not {type(value).__name__}")
     return value
 
 
@@ -217,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``context-sidecar``."""
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_file)
+    if args.command in ("demo", "import", "replay"):
+        from sidecar.tools import log_server_like_the_tool
+
+        log_server_like_the_tool(args.verbose or 0, args.log_file)
     if args.command == "demo":
         from sidecar.tools.demo import run_demo
 
@@ -231,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_replay(args.file, db=args.db, session=args.session, fmt=args.format,
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
-                          compare_prune_off=args.compare_prune_off)
+                          compare_prune_off=args.compare_prune_off, settings=args.settings)
     if args.command == "mcp":
         from sidecar.mcp.server import run
 

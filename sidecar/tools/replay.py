@@ -17,7 +17,7 @@ from protocol import errors as codes
 from protocol.types import AssembleResult, DidCompactParams, Message, SessionInfo, Usage
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, ParsedTranscript, parse_transcript
-from sidecar.tools import SERVER_COMMAND, plural, say, usage_text
+from sidecar.tools import plural, report_error, say, spawn_server, usage_text
 from sidecar.tools.prompt_cache import Prices, PromptCache, PromptCost
 
 REPORT_POLICIES = {
@@ -102,7 +102,7 @@ def _reshaped(assembled: AssembleResult) -> bool:
 
 def run_replay(path: str, db: str | None, session: str | None, fmt: str, context_window: int | None,
                mode: str, quiet: bool, report_usage: str = "auto", prices: Prices | None = None,
-               compare_prune_off: bool = False) -> int:
+               compare_prune_off: bool = False, settings: dict[str, Any] | None = None) -> int:
     """Run the replay (and, if asked, again with pruning off on a fresh temporary DB); returns the exit code."""
     transcript = Path(path).expanduser()
     try:
@@ -116,7 +116,8 @@ def run_replay(path: str, db: str | None, session: str | None, fmt: str, context
     prices = prices or Prices()
     try:
         with _storage(db) as (db_path, fresh):
-            replay = _Replay(transcript, parsed, session, context_window, mode, quiet, report_usage, prices)
+            replay = _Replay(transcript, parsed, session, context_window, mode, quiet, report_usage, prices,
+                             settings=settings)
             code = asyncio.run(replay.run(db_path, fresh))
         if code:
             return code
@@ -126,7 +127,7 @@ def run_replay(path: str, db: str | None, session: str | None, fmt: str, context
             say("replaying again with pruning off (prune.enabled false, a fresh temporary DB) to compare …")
             with _storage(None) as (off_db, _), contextlib.redirect_stdout(io.StringIO()):
                 off = _Replay(transcript, parsed, session, context_window, mode, True, report_usage, prices,
-                              prune=False)
+                              prune=False, settings=settings)
                 code = asyncio.run(off.run(off_db, True))
             if code:
                 return code
@@ -134,8 +135,7 @@ def run_replay(path: str, db: str | None, session: str | None, fmt: str, context
         replay.table(extra)
         return 0
     except SidecarRequestError as error:
-        print(f"context-sidecar replay: error: {error}", file=sys.stderr)
-        return 1
+        return report_error("replay", error)
 
 
 @contextlib.contextmanager
@@ -150,7 +150,7 @@ def _storage(db: str | None) -> Iterator[tuple[str, bool]]:
 
 async def replay_cache(parsed: ParsedTranscript, name: str, db: str, prune: bool = True,
                        prices: Prices | None = None, context_window: int | None = None,
-                       settings: dict[str, dict[str, Any]] | None = None) -> PromptCache:
+                       settings: dict[str, Any] | None = None) -> PromptCache:
     """Replay a parsed transcript silently on a new DB file with default settings, but for ``settings`` (sections
     of camelCase settings, merged over the replay's own); its prompts' cache figures."""
     replay = _Replay(Path(name), parsed, None, context_window, "incremental", True, "auto", prices or Prices(),
@@ -179,7 +179,7 @@ class _Replay:
 
     def __init__(self, path: Path, parsed: ParsedTranscript, session: str | None, context_window: int | None,
                  mode: str, quiet: bool, report_usage: str, prices: Prices, prune: bool = True,
-                 settings: dict[str, dict[str, Any]] | None = None) -> None:
+                 settings: dict[str, Any] | None = None) -> None:
         self.path = path
         self.parsed = parsed
         self.session_id = session or parsed.suggested_session_id or path.stem
@@ -204,9 +204,10 @@ class _Replay:
         settings: dict[str, Any] = {"compaction": {"auto": True, "mode": self.mode}, "prune": prune}
         if not self.prune:
             prune["enabled"] = False
-        for section, values in self.settings.items():
-            settings[section] = {**settings.get(section, {}), **values}
-        async with await SidecarClient.spawn(command=SERVER_COMMAND, db=db, settings=settings) as client:
+        for name, value in self.settings.items():
+            section = settings.get(name)
+            settings[name] = {**section, **value} if isinstance(section, dict) and isinstance(value, dict) else value
+        async with await spawn_server(db, settings) as client:
             client.on_compact(self._compacted)
             client.on_usage(self._counted)
             self._header(client, db, fresh)
@@ -228,13 +229,15 @@ class _Replay:
         with_usage = sum(1 for turn in self.turns if provider_usage(turn.rest))
         pid = client.process.pid if client.process else "?"
         where = "a fresh temporary DB, removed at exit" if fresh else "kept"
-        say(f"context-sidecar replay: {self.path.name}, a {self.parsed.format} transcript of "
-            f"{len(self.parsed.messages)} messages in {len(self.turns)} turns ({with_usage} with provider usage)")
+        kind = f"{'an' if self.parsed.format[0] in 'aeiou' else 'a'} {self.parsed.format}"
+        say(f"context-sidecar replay: {self.path.name}, {kind} transcript of "
+            f"{plural(len(self.parsed.messages), 'message')} in {plural(len(self.turns), 'turn')} "
+            f"({with_usage} with provider usage)")
         say(f"  sidecar pid {pid} over stdio, summarizer {client.capabilities.get('summarizer')}; "
             f"{REPORT_POLICIES[self.report_usage]}")
         say(f"  storage {db} ({where})")
         if self.parsed.skipped:
-            say(f"  {len(self.parsed.skipped)} transcript lines skipped, e.g. {self.parsed.skipped[0]}")
+            say(f"  {plural(len(self.parsed.skipped), 'transcript line')} skipped, e.g. {self.parsed.skipped[0]}")
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
         """Ingest the user message, then each step as an agent makes it: assemble, report the call's usage, ingest
@@ -337,6 +340,8 @@ class _Replay:
     def _line(self, turn: Turn, sent: int, cost: PromptCost, usage: Usage, previous: Usage | None) -> None:
         changed = previous is not None and previous.state != usage.state
         note = f"   {previous.state} → {usage.state}" if changed and previous else ""
+        if changed and usage.state in ("compact", "overflow") and not self.pending and usage.hint:
+            self.notes.append(usage.hint)  # over the threshold with no compaction: the hint says why
         if not self.quiet or changed or self.pending or self.notes or previous is None:
             provider = " provider" if usage.source == "provider" else ""
             say(f" {turn.number:>4}  {len(turn.messages):>+5}  {sent:>12,}  {cost.share * 100:>5.1f}%  "

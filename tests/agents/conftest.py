@@ -7,7 +7,6 @@ agents' env; after the test the proxy must have seen nothing. An agent missing f
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from sidecar.testing import FakeProvider
 from sidecar.testing.refusing_proxy import RefusingProxy
-from tests.agents.install import AGENTS, REQUIRE_ENV, SKIP_ENV
+from tests.agents.install import agent_binary
 from tests.agents.runners import Claude, Codex, Pi
 from tests.agents.world import AgentWorld
 
@@ -33,21 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker."""
     config.addinivalue_line("markers", "agents: runs a real coding agent (tests/agents)")
-
-
-def agent_binary(name: str) -> Path:
-    """The installed binary of a pinned agent; skips the test when it is missing (fails when agents are required)."""
-    agent = AGENTS[name]
-    if os.environ.get(SKIP_ENV):
-        pytest.skip(f"{SKIP_ENV} is set")
-    found = agent.binary()
-    if found is None:
-        reason = (f"{agent.package}@{agent.version} is not installed in {agent.home()}: "
-                  f"run `python -m tests.agents.install {name}` (scripts/test.sh does)")
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"{REQUIRE_ENV} is set and {reason}")
-        pytest.skip(reason)
-    return found
 
 
 @pytest.fixture

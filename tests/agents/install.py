@@ -77,6 +77,23 @@ def cache_dir() -> Path:
     return Path(base) / "context-sidecar" / "agents"
 
 
+def agent_binary(name: str) -> Path:
+    """The installed binary of a pinned agent for a test: skips it when missing, fails it when agents are required."""
+    import pytest
+
+    agent = AGENTS[name]
+    if os.environ.get(SKIP_ENV):
+        pytest.skip(f"{SKIP_ENV} is set")
+    found = agent.binary()
+    if found is None:
+        reason = (f"{agent.package}@{agent.version} is not installed in {agent.home()}: "
+                  f"run `python -m tests.agents.install {name}` (scripts/test.sh does)")
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{REQUIRE_ENV} is set and {reason}")
+        pytest.skip(reason)
+    return found
+
+
 class InstallError(RuntimeError):
     """npm could not install an agent; the message says why."""
 

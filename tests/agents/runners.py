@@ -31,14 +31,14 @@ class Claude:
         self.world = world
         self.binary = binary
 
-    def env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str | None]:
         """Claude Code's own variables."""
         return {"ANTHROPIC_BASE_URL": self.world.provider.url, "ANTHROPIC_API_KEY": "dummy",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
     def run(self, prompt: str, *args: str, resume: str | None = None,
             mcp_config: Mapping[str, Any] | Path | None = None, allowed_tools: Iterable[str] = (),
-            env: Mapping[str, str] | None = None, timeout: float = RUN_TIMEOUT) -> AgentRun:
+            env: Mapping[str, str | None] | None = None, timeout: float = RUN_TIMEOUT) -> AgentRun:
         """``claude -p PROMPT --output-format json`` (plus ``--resume``, ``--mcp-config``, ``--allowedTools``)."""
         argv: list[str | Path] = [self.binary, "-p", prompt, "--output-format", "json"]
         if resume:
@@ -99,11 +99,11 @@ class Codex:
         path.write_text(to_toml(merged(self.base_config(), self.config)), encoding="utf-8")
         return path
 
-    def env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str | None]:
         """Codex's own variables."""
         return {"CODEX_HOME": str(self.home), "FAKE_API_KEY": "dummy"}
 
-    def run(self, prompt: str, *args: str, env: Mapping[str, str] | None = None,
+    def run(self, prompt: str, *args: str, env: Mapping[str, str | None] | None = None,
             timeout: float = RUN_TIMEOUT) -> AgentRun:
         """``codex exec --json --skip-git-repo-check [ARGS] PROMPT </dev/null``; output is its JSON events."""
         self.write_config()
@@ -141,7 +141,7 @@ class Pi:
         path.write_text(json.dumps({"providers": {"fake": provider}}, indent=2), encoding="utf-8")
         return path
 
-    def env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str | None]:
         """pi's own variables."""
         return {"PI_CODING_AGENT_DIR": str(self.dir), "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1",
                 "PI_TELEMETRY": "0"}
@@ -150,13 +150,13 @@ class Pi:
         """pi's command line for the fake model, offline."""
         return [str(self.binary), "--offline", "--provider", "fake", "--model", "fake-model", *args]
 
-    def run(self, prompt: str, *args: str, env: Mapping[str, str] | None = None,
+    def run(self, prompt: str, *args: str, env: Mapping[str, str | None] | None = None,
             timeout: float = RUN_TIMEOUT) -> AgentRun:
         """``pi … [ARGS] -p PROMPT``; output is what it printed."""
         self.write_models()
         return self.world.run(self.argv(*args, "-p", prompt), env={**self.env(), **(env or {})}, timeout=timeout)
 
-    def rpc(self, *args: str, env: Mapping[str, str] | None = None) -> PiRpc:
+    def rpc(self, *args: str, env: Mapping[str, str | None] | None = None) -> PiRpc:
         """Start ``pi --mode rpc`` (use it as a context manager)."""
         self.write_models()
         return PiRpc(self.world, self.argv("--mode", "rpc", *args), {**self.env(), **(env or {})})
@@ -169,7 +169,7 @@ class Pi:
 class PiRpc:
     """A ``pi --mode rpc`` process: send commands as JSON lines, wait for responses and events."""
 
-    def __init__(self, world: AgentWorld, argv: list[str], env: Mapping[str, str]) -> None:
+    def __init__(self, world: AgentWorld, argv: list[str], env: Mapping[str, str | None]) -> None:
         self.world = world
         self.process = subprocess.Popen(argv, cwd=world.workspace, env=world.env(env), text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sidecar.testing import reference_policy
 from tests.agents.runners import Claude, Codex, Pi
-from tests.agents.world import AgentWorld
+from tests.agents.world import QUIET, AgentWorld
 
 STAND_IN = Path(__file__).with_name("stand_in_mcp.py")
 COMPUTED = "echo kit-$((6*7))"
@@ -78,3 +78,13 @@ def test_pi_in_rpc_mode_runs_bash_and_reports_events(pi: Pi, agent_world: AgentW
         last = rpc.request({"type": "get_last_assistant_text"})
         assert "kit-42" in json.dumps(last.get("data"))
     assert rpc.process.returncode is not None
+
+
+def test_the_refusing_proxy_sees_claude_code_when_its_quiet_switches_are_off(
+        claude: Claude, agent_world: AgentWorld) -> None:
+    loud = dict.fromkeys([*QUIET, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"])
+    agent_world.provider.responder = reference_policy()
+    run = claude.run("hello", env=loud).check()
+    assert run.text == "Hello from the fake model."
+    refused = agent_world.proxy.take()  # checked here, so the fixture's own check sees none
+    assert refused and {(a.method, a.target) for a in refused} == {("CONNECT", "api.anthropic.com:443")}

@@ -73,17 +73,19 @@ class AgentWorld:
         """The ``context-sidecar`` beside the Python running the tests (the checkout's venv); first on PATH."""
         return Path(sys.executable).parent / "context-sidecar"
 
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """A clean environment (nothing inherited but the locale) pointing at this world; ``extra`` on top."""
+    def env(self, extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+        """A clean environment (nothing inherited) pointing at this world; ``extra`` on top, a None value removes."""
         node = shutil.which("node")
         path = [str(self.sidecar.parent), *([str(Path(node).parent)] if node else []), "/usr/local/bin", "/usr/bin",
                 "/bin"]
-        env = {"PATH": os.pathsep.join(dict.fromkeys(path)), "HOME": str(self.home), "LANG": "C.UTF-8",
-               "TERM": "dumb", "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
-               **{name: str(value) for name, value in self.xdg.items()}, **QUIET, **self.proxy.env()}
-        return {**env, **(extra or {})}
+        shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+        env: dict[str, str | None] = {
+            "PATH": os.pathsep.join(dict.fromkeys(path)), "HOME": str(self.home), "LANG": "C.UTF-8", "TERM": "dumb",
+            "SHELL": shell, **{name: str(value) for name, value in self.xdg.items()}, **QUIET, **self.proxy.env()}
+        env.update(extra or {})
+        return {name: value for name, value in env.items() if value is not None}
 
-    def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
+    def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str | None] | None = None,
             stdin: str | None = None, cwd: Path | None = None, timeout: float = RUN_TIMEOUT,
             parse: Any = None) -> AgentRun:
         """Run an agent to its end in the workspace; ``parse(stdout)`` gives ``(output, text)``."""

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol import errors as codes
 from protocol import methods
-from protocol.types import CompactParams, CompactResult, DidCompactParams, Usage, WillCompactParams
+from protocol.types import (
+    CompactParams,
+    CompactResult,
+    DidCompactParams,
+    RecordCompactionParams,
+    RecordCompactionResult,
+    Usage,
+    WillCompactParams,
+)
 from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
 from sidecar.summarizers.base import Summarizer, SummarizerError
@@ -132,6 +140,10 @@ class CompactionRunner:
                 self._begin_progress(token, mode)
             try:
                 outcome = await compaction.run(supplied, tokens_before)
+                if outcome.compacted:
+                    self.sidecar.auto_idle_at.pop(session_id, None)
+                elif trigger == "auto":  # usage tells why until the context has grown enough to try again
+                    self.sidecar.auto_idle_at[session_id] = (session.context_count, outcome.reason or "")
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
@@ -153,6 +165,57 @@ class CompactionRunner:
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
         return self._result(session_id, outcome)
+
+    async def record(self, params: RecordCompactionParams, upto: int | None = None) -> RecordCompactionResult:
+        """Store a compaction the agent made itself (memory/recordCompaction, or one found in its transcript).
+
+        Its summary becomes a handoff summary, summarized by ``params.source``, in place of the context up to position
+        ``upto`` (all of it when None); announced with context/didCompact and its ``source``. Recorded once: a record
+        with the id or the text of one recorded before changes nothing.
+        """
+        from sidecar.rows import AgentCompactionRow, utcnow
+        from sidecar.services.compaction import recorded
+        from sidecar.services.compaction.engine import Compaction
+
+        recorded.check(params)
+        session_id = params.session_id
+        self.sidecar.session(session_id)
+        text = recorded.fold(params.summary)
+        found = recorded.recorded_before(self.sidecar.store().agent_compactions(session_id), params.id, text)
+        if found is not None:
+            return self._recorded(session_id, False, found.summary_id, "this compaction is recorded already")
+        if session_id in self.sidecar.compacting:
+            raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
+                               "record this one after it")
+        self.sidecar.compacting.add(session_id)
+        try:
+            compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
+            session = compaction.load()
+            before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
+            row = AgentCompactionRow(summary_id="", compaction_id=params.id, source=params.source.strip(),
+                                     trigger=params.trigger, text=text, recorded_at=utcnow())
+            try:
+                outcome = await compaction.record(row, params.summary, upto, before)
+            except StorageFailure as error:
+                raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
+        finally:
+            self.sidecar.compacting.discard(session_id)
+            self._push_usage(session_id)
+        if not outcome.compacted:
+            return self._recorded(session_id, False, None, outcome.reason)
+        log.info("%s's own compaction of %s recorded: %d -> %d tokens", row.source, session_id,
+                 outcome.tokens_before, outcome.tokens_after)
+        self.server.settle_later()
+        self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            session_id=session_id, mode="handoff", trigger=params.trigger or "manual", summary_ids=outcome.summary_ids,
+            tokens_before=outcome.tokens_before, tokens_after=outcome.tokens_after,
+            tokens_rewritten=outcome.tokens_rewritten, source=row.source)))
+        return self._recorded(session_id, True, outcome.summary_ids[0], None)
+
+    def _recorded(self, session_id: str, recorded: bool, summary_id: str | None, reason: str | None
+                  ) -> RecordCompactionResult:
+        usage = self.sidecar.usage(self.sidecar.session(session_id))
+        return RecordCompactionResult(recorded=recorded, summary_id=summary_id, usage=usage, reason=reason)
 
     @staticmethod
     async def _openai_imported() -> None:
@@ -252,18 +315,18 @@ class CompactionRunner:
         if session is None:
             return
         idle = self.sidecar.auto_idle_at.get(session_id)
-        if idle is not None and session.context_count < idle + max(1, settings.leaf_chunk_size):
+        if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
         if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
-        self.server.run_in_background(self._auto(session_id, session.context_count))
+        self.server.run_in_background(self._auto(session_id))
 
-    async def _auto(self, session_id: str, context_count: int) -> None:
+    async def _auto(self, session_id: str) -> None:
         mode = self.sidecar.settings.compaction.mode
         try:
-            result = await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
+            await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -276,7 +339,3 @@ class CompactionRunner:
             self._push_usage(session_id)
             return
         self.sidecar.auto_backoff.pop(session_id, None)
-        if result.compacted:
-            self.sidecar.auto_idle_at.pop(session_id, None)
-        else:
-            self.sidecar.auto_idle_at[session_id] = context_count
