@@ -10,7 +10,7 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import methods
-from tests.conftest import call, running_sidecar, settings_for
+from tests.conftest import call, ingest, running_sidecar, settings_for
 from tests.helpers.workspaces import NEW_FACT, OLD_FACT, OTHER_FACT, SHARED_ID, two_workspaces
 
 
@@ -64,6 +64,20 @@ async def test_ids_resolve_across_the_workspace_and_a_repeated_message_id_prefer
     assert "is in 2 sessions of this workspace; this is the one in session a-old (the current session)" in from_old
     assert "NEW session" in from_new and "also in a-old" in from_new
     assert elsewhere.startswith("Error: there is no summary or message 'b1' in the sessions of this workspace")
+
+
+async def test_the_models_own_searches_are_not_found_as_history(tmp_path: Path,
+                                                                stored: dict[str, list[str]]) -> None:
+    call = {"id": "call_9", "type": "function",
+            "function": {"name": "mcp__context-sidecar__memory_grep", "arguments": '{"pattern": "PLATYPUS"}'}}
+    searches = [{"id": "s1", "role": "assistant", "content": None, "tool_calls": [call]},
+                {"id": "s2", "role": "tool", "tool_call_id": "call_9", "content": "1. PLATYPUS-7 in a-old"},
+                {"id": "s3", "role": "assistant", "content": "So PLATYPUS-7 it is."}]
+    async with running_sidecar(settings=settings_for(tmp_path / "m.duckdb")) as client:
+        await ingest(client, "a-new", searches)
+        text = await tool(client, "memory_grep", {"pattern": "platypus"}, workspace=str(tmp_path / "ws-a"))
+    assert "message s3 " in text and "message s1 " not in text and "message s2 " not in text
+    assert "4 matches in 2 of the 2 sessions" in text
 
 
 async def test_query_excerpts_name_their_sessions(tmp_path: Path, stored: dict[str, list[str]]) -> None:

@@ -54,6 +54,7 @@ class HostLink:
         self._attaching: asyncio.Task[SidecarClient] | None = None
         self._workspace: str | None = None
         self._watched: str | None = None
+        self._watch_lock = asyncio.Lock()
 
     def start(self) -> None:
         """Begin attaching in the background."""
@@ -96,20 +97,23 @@ class HostLink:
 
     async def _watch(self) -> None:
         """``memory/watch`` the workspace, if the host offers it and it changed; a failure is only logged."""
-        client, workspace = self._client, self._workspace
-        if client is None or workspace is None or workspace == self._watched:
-            return
-        if WATCH not in (client.capabilities.get("methods") or ()):
-            log.info("the host has no %s: earlier agent sessions are not imported", WATCH)
-            return
-        previous, self._watched = self._watched, workspace
-        try:
-            if previous is not None:
-                await client.request(WATCH, {"workspace": previous, "watch": False})
-            env = {key: os.environ[key] for key in WATCH_ENV if os.environ.get(key)}
-            await client.request(WATCH, {"workspace": workspace, "env": env})
-        except Exception as error:  # the tools work without it
-            log.warning("%s %s failed: %s", WATCH, workspace, error)
+        async with self._watch_lock:  # one at a time: a tools/call waits for the one under way
+            client, workspace = self._client, self._workspace
+            if client is None or workspace is None or workspace == self._watched:
+                return
+            if WATCH not in (client.capabilities.get("methods") or ()):
+                log.info("the host has no %s: earlier agent sessions are not imported", WATCH)
+                self._watched = workspace
+                return
+            previous, self._watched = self._watched, workspace
+            try:
+                if previous is not None:
+                    await client.request(WATCH, {"workspace": previous, "watch": False})
+                env = {key: os.environ[key] for key in WATCH_ENV if os.environ.get(key)}
+                result = await client.request(WATCH, {"workspace": workspace, "env": env})
+                log.info("watching %s: %d transcripts", workspace, len((result or {}).get("transcripts") or ()))
+            except Exception as error:  # the tools work without it
+                log.warning("%s %s failed: %s", WATCH, workspace, error)
 
     async def call_tool(self, name: str, arguments: str, workspace: str, session_id: str | None,
                         tool_call_id: str | None) -> ToolOutcome:
@@ -120,6 +124,7 @@ class HostLink:
         for attempt in (1, 2):
             try:
                 client = await self._connected(deadline)
+                await asyncio.wait_for(self._watch(), max(0.0, deadline - time.monotonic()))  # the workspace's
                 message = await asyncio.wait_for(
                     client.call_tool(session_id, name, arguments, tool_call_id, workspace=workspace),
                     max(0.0, deadline - time.monotonic()))

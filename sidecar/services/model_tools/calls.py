@@ -30,6 +30,8 @@ RESULT_TOKENS = 4000
 HEADER_TOKENS = 200
 """Room for an expand result's header and source labels beyond the sources' own tokens."""
 SNIPPET_CHARS = 240
+SEARCHES_SKIPPED = 8
+"""Extra matches memory_grep reads per session, so that skipping the model's own searches still fills the limit."""
 
 
 
@@ -153,17 +155,16 @@ def grep(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any]) -> str:
     found: list[tuple[str, GrepMatch]] = []
     truncated = False
     for session_id in scope.ids:
-        if len(found) >= limit:  # full: does any later session match at all?
-            truncated = bool(memory.grep(sidecar, GrepParams(session_id, pattern, regex=regex, scope=where,  # type: ignore[arg-type]
-                                                             limit=1)).matches)
-            if truncated:
-                break
-            continue
+        need = max(1, limit - len(found))  # once full: does any later session match at all?
         result = memory.grep(sidecar, GrepParams(session_id, pattern, regex=regex, scope=where,  # type: ignore[arg-type]
-                                                 limit=limit - len(found)))
-        found += [(session_id, match) for match in result.matches]
-        if result.truncated:
-            truncated = True
+                                                 limit=need + SEARCHES_SKIPPED))
+        matches = _history(sidecar, session_id, result.matches)
+        if len(found) >= limit:
+            truncated = bool(matches)
+        else:
+            found += [(session_id, match) for match in matches[:need]]
+            truncated = result.truncated or len(matches) > need
+        if truncated:
             break
     if scope.workspace is not None and not scope.sessions:
         return empty_workspace(scope, "memory_grep")
@@ -209,6 +210,30 @@ def grep(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any]) -> str:
 def empty_workspace(scope: Scope, tool: str) -> str:
     """The result of a call on a workspace that has no session stored."""
     return f"{tool}: no session of this workspace ({scope.workspace}) is stored yet, so there is nothing to search."
+
+
+def _history(sidecar: Sidecar, session_id: str, matches: list[GrepMatch]) -> list[GrepMatch]:
+    """The matches but the model's own searches: calls of the memory tools and their results.
+
+    The call a model is making always matches its own pattern, and earlier results repeat what they found.
+    """
+    store = sidecar.store()
+    messages = store.messages_by_id(session_id, [m.id for m in matches if m.kind == "message"])
+    raws = {message_id: json.loads(message.raw) for message_id, message in messages.items()}
+    results = {raw["tool_call_id"]: message_id for message_id, raw in raws.items()
+               if raw.get("role") == "tool" and raw.get("tool_call_id")}
+    session = sidecar.session(session_id)
+    names = store.tool_names(session_id, list(results), session.last_position) if results else {}
+    searches = {message_id for call_id, message_id in results.items() if _memory_tool(names.get(call_id, ""))}
+    searches |= {message_id for message_id, raw in raws.items()
+                 if raw.get("tool_calls") and not message_text({"content": raw.get("content")}).strip()
+                 and all(_memory_tool(call["function"]["name"]) for call in raw["tool_calls"])}
+    return [match for match in matches if match.id not in searches or match.kind != "message"]
+
+
+def _memory_tool(name: str) -> bool:
+    """A memory tool's name, as an agent names it (``mcp__context-sidecar__memory_grep``, ``memory_grep``)."""
+    return any(name == tool or name.endswith("__" + tool) for tool in d.NAMES)
 
 
 def note_first(scope: Scope, text: str) -> str:
