@@ -27,6 +27,7 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
@@ -38,6 +39,10 @@ socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar, /run/user/UID/
 and agents see the same sessions.
 --no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
 is never shared.
+
+Logs: stderr, or --log-file. Through a host, the host also writes the lines of your connection (at your -v)
+to your --log-file, marked [host]; its own log is <hash>.log beside its socket, removed when it exits
+without an error.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
 DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
@@ -122,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
+
+    from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
+
+    add_proxy(commands, in_command)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -259,6 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.tools.setup import run_setup
 
         return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
+    if args.command == "proxy":
+        from sidecar.tools.proxy_command import ProxyOptions, run_proxy
+
+        return run_proxy(ProxyOptions.from_args(args))
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")
@@ -284,8 +297,9 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
         if wanted is not None and wanted[2] and wanted[0] != ":memory:":
             from sidecar.rpc import relay
 
-            log_args = ["-v" * verbose] if verbose else []
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id)
+            log_args = ["-" + "v" * verbose] if verbose else []
+            log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
             if code is not None:
                 return code
         early_start.preload()
