@@ -89,6 +89,10 @@ TARGETS: dict[str, tuple[str, float]] = {
     "share_eight_ratio": (">=", 0.8),
     "share_lost_messages": ("<=", 0),
     "share_recovery_s": ("<=", 2),
+    "follow_small_lag_p50_ms": ("<=", 1000),
+    "follow_small_lag_max_ms": ("<=", 1000),
+    "follow_5mb_lag_p50_ms": ("<=", 1000),
+    "follow_5mb_lag_max_ms": ("<=", 1000),
 }
 
 

@@ -339,3 +339,32 @@ async def test_watch_false_stops_and_a_second_watch_is_the_same(client: SidecarC
     assert [t.path for t in first.transcripts] == [t.path for t in second.transcripts]
     stopped = await client.watch(str(agents.workspace), watch=False)
     assert (stopped.watching, stopped.transcripts) == (False, [])
+
+
+def pi_message(entry_id: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-11-20T09:00:01.000Z",
+            "message": {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}}
+
+
+async def test_a_pi_compaction_keeping_entries_read_before_is_recorded_as_pi_made_it(
+        client: SidecarClient, agents: Agents) -> None:
+    header = pi_lines(str(agents.workspace), "pi-kept")[0]
+    turns = [pi_message("u1", None, "user", "first"), pi_message("a1", "u1", "assistant", "one"),
+             pi_message("u2", "a1", "user", "second"), pi_message("a2", "u2", "assistant", "two"),
+             pi_message("u3", "a2", "user", "third"), pi_message("a3", "u3", "assistant", "three")]
+    path = agents.pi("pi-kept", [header, *turns])
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "pi-kept", lambda usage: usage.messages == 6)
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    compacted = client.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=WAIT)
+    compaction = {"type": "compaction", "id": "c1", "parentId": "a3", "timestamp": "2026-11-20T09:00:02.000Z",
+                  "summary": "pi summarized the first turn.", "firstKeptEntryId": "u2", "tokensBefore": 900}
+    with path.open("a") as fh:  # the kept entries were written before where the last read of the file started
+        fh.write(json.dumps(compaction) + "\n")
+    event = await compacted
+    assert event.source == "pi"
+    described = await client.describe("pi-kept", event.summary_ids[0])
+    assert described.children == ["u1", "a1"]  # u2 onwards are kept verbatim, as pi keeps them
+    assert [item.id for item in (await client.assemble("pi-kept")).items] == [
+        event.summary_ids[0], "u2", "a2", "u3", "a3"]

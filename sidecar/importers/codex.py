@@ -55,6 +55,7 @@ class _State:
         self.outputs: dict[str, dict[str, Any]] = {}
         self.lines: dict[int, str] = {}
         self.compactions: list[AgentCompaction] = []
+        self.context_lines: list[int] = []
 
 
 def parse(path: Path, follow: bool = False) -> ParsedTranscript:
@@ -68,6 +69,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
             _envelope(state, lineno, raw, obj)
         elif first and kind is None and isinstance(obj.get("id"), str) and "timestamp" in obj:
             state.meta = obj  # The old layout opens with the bare session meta.
+            state.context_lines.append(lineno)
         elif obj.get("record_type") == "state":
             state.skipped.append(f"{where}: resume state (old layout), not conversation")
         elif "payload" in obj:
@@ -80,7 +82,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     if state.reasoning or state.encrypted:
         state.skipped.append("end of file: reasoning with no assistant message after it yet")
     return parsed(SOURCE, state.messages, state.skipped, state.lines, state.compactions, session=_session(state),
-                  suggested_session_id=_session_id(state.meta))
+                  suggested_session_id=_session_id(state.meta), context_lines=state.context_lines)
 
 
 def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None:
@@ -90,6 +92,8 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
     if not isinstance(payload, dict):
         state.skipped.append(f"line {lineno}: {kind} line whose payload is not an object")
         return
+    if kind in ("session_meta", "turn_context"):
+        state.context_lines.append(lineno)
     if kind == "session_meta":
         if state.meta is None:
             state.meta = payload

@@ -48,6 +48,9 @@ SCAN_SECONDS = 1.0
 """How often the agents' directories are looked at for new files (a stat per directory; listed when changed)."""
 TICK_BUDGET = 0.5
 """Seconds of imports per look before the next one: a backlog of earlier sessions does not hold up live ones."""
+WHOLE_READ_SECONDS = 30.0
+"""A growing file is read from where its last turn started, and whole again at most this often: what the window
+reads converges on what a whole read stores, and the whole read settles anything it could not see."""
 MAX_DIRECTORIES = 32
 """Directories one watch may name."""
 
@@ -83,6 +86,11 @@ class Tail:
     """The message whose provider usage was last reported, with that usage."""
     problem: str | None = None
     imported: bool = False
+    resume: transcripts.Resume | None = None
+    """Where the next read may start; None: read the whole file."""
+    whole_read_at: float = 0.0
+    pending: list[transcripts.Found] = attrs.field(factory=list)
+    """Compactions found but not recorded yet (a compaction of the session was running): tried again."""
 
 
 @attrs.define(eq=False)
@@ -287,26 +295,42 @@ class WatchService:
     async def _import(self, tail: Tail, path: Path, session: str | None, fmt: str) -> ImportResult:
         """Read the file in a thread and store what changed; tell the connections following its session."""
         params = ImportParams(path=str(path), session_id=session, format=fmt, follow=True)
-        try:
-            read = await asyncio.to_thread(transcripts.read, path, params)
-        except SidecarError as error:
-            if nothing_yet(error.message):
-                raise NothingYet(error.message) from None
-            raise
+        start = tail.resume if time.monotonic() - tail.whole_read_at < WHOLE_READ_SECONDS else None
+        if start is not None and not await asyncio.to_thread(start.still_there, path):
+            start = None  # rewritten in place: read it whole
+        read = await self._read(path, params, start)
+        if read.window and (read.parsed.incomplete or any(c.upto is None for c in read.parsed.compactions)):
+            read = await self._read(path, params, None)  # the window lacks what a compaction kept
+        if not read.window:
+            tail.whole_read_at = time.monotonic()
+        tail.resume = read.resume
         sidecar = self.sidecar
         sidecar.workspace = tail.workspace
         stored = transcripts.store(sidecar, read, tail.known)
         first = not tail.imported
-        tail.known, tail.problem, tail.imported = read.fingerprints, None, True
+        tail.known = {**(tail.known or {}), **read.fingerprints}
+        tail.problem, tail.imported = None, True
         result = stored.result
         changed = first or len(result.ids) - result.duplicates > 0
-        if stored.compactions:
-            await transcripts.record_found(self._compactions(), stored.compactions)
+        found = [*tail.pending, *stored.compactions]
+        if found:
+            _, recorded = await transcripts.record_found(self._compactions(), found)
+            tail.pending = [item for item in found if item not in recorded and item.upto is not None]
         reported = self._provider_usage(tail, read)
-        if changed or reported or stored.compactions:
+        if changed or reported or found:
             self.audience.settle_later()
             self.audience.push_usage(sidecar.usage(sidecar.session(result.session_id)))
         return result
+
+    @staticmethod
+    async def _read(path: Path, params: ImportParams, start: transcripts.Resume | None) -> transcripts.Read:
+        """Read the file (from ``start``, or whole) in a thread; NothingYet when it holds nothing to import yet."""
+        try:
+            return await asyncio.to_thread(transcripts.read, path, params, start, True)
+        except SidecarError as error:
+            if nothing_yet(error.message):
+                raise NothingYet(error.message) from None
+            raise
 
     def _provider_usage(self, tail: Tail, read: transcripts.Read) -> bool:
         """Report the usage the provider counted for the transcript's last message, when that is an assistant's.
