@@ -61,6 +61,9 @@ class IngestParams:
     session_id: str
     messages: list[Message]
     session: SessionInfo | None = None
+    after: str | None = None
+    """*Extension*: the id of the session's newest message, which these follow ("" when they open the session);
+    when the session has moved on (another newest message), nothing is stored: error -32012 with ``lastId``."""
 
 
 @attrs.define

@@ -239,10 +239,12 @@ class SidecarClient:
                                       {"field": error.field, "result": data}) from None
 
     async def ingest(self, session_id: str, messages: list[t.Message],
-                     session: t.SessionInfo | dict[str, Any] | None = None) -> t.IngestResult:
-        """memory/ingest: store messages in order, all or none."""
+                     session: t.SessionInfo | dict[str, Any] | None = None,
+                     after: str | None = None) -> t.IngestResult:
+        """memory/ingest: store messages in order, all or none; ``after``: the session's newest message id that
+        they follow ("" for none), else error -32012 (*extension*)."""
         info = structure(session, t.SessionInfo) if isinstance(session, dict) else session
-        params = t.IngestParams(session_id, messages, info)
+        params = t.IngestParams(session_id, messages, info, after)
         return await self._call(methods.MEMORY_INGEST, params, t.IngestResult)
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,

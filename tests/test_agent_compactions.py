@@ -94,6 +94,11 @@ def test_codex_compacted_line_and_pi_compaction_entry(tmp_path: Path) -> None:
     [kept] = parse_transcript(session).compactions
     assert (kept.id, kept.summary, kept.upto) == ("c1", "pi summary.", "a1")  # u2 and a2 are kept verbatim
 
+    # The same compaction made by the sidecar through pi's extension: its summaries are the session's already.
+    lines = [json.loads(line) for line in session.read_text().splitlines()]
+    lines[5]["details"] = {"source": "context-sidecar", "summaryIds": ["sum_1"]}
+    assert parse_transcript(write(tmp_path / "pi-sidecar.jsonl", lines)).compactions == []
+
 
 async def test_memory_import_records_a_transcripts_compaction_once(tmp_path: Path) -> None:
     writer = ClaudeCodeWriter(tmp_path / "s.jsonl", "/srv/ws", session_id="imported")

@@ -33,6 +33,9 @@ _SILENT_TYPES = {
     "ephemeral",
 }
 _MESSAGE_TYPES = {"message", "custom_message", "branch_summary"}
+SIDECAR_COMPACTION = "context-sidecar"
+"""``details.source`` of the compactions pi records for the sidecar's pi extension (editors/pi): the sidecar's own
+summaries, already in the session, so not an agent's compaction to record."""
 # pi's own wrapper for branch summaries, so the imported text reads as pi sent it.
 _BRANCH_PREFIX = (
     "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
@@ -70,7 +73,8 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     for lineno, raw, obj in entries:
         kind = obj["type"]
         _note_session_fact(session, obj)
-        if kind == "compaction" and isinstance(obj.get("summary"), str) and obj["summary"].strip():
+        if kind == "compaction" and isinstance(obj.get("summary"), str) and obj["summary"].strip() \
+                and not _from_sidecar(obj):
             kept = obj.get("firstKeptEntryId")
             incomplete = incomplete or (isinstance(kept, str) and kept not in lines_of)
             compactions.append(AgentCompaction(id=obj.get("id") or stable_id(SOURCE, lineno, raw),
@@ -89,6 +93,12 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     suggested = header.get("id") if header and isinstance(header.get("id"), str) else None
     return parsed(SOURCE, messages, skipped, lines, compactions, session=_tidy_session(session),
                   suggested_session_id=suggested, incomplete=incomplete, context_lines=context_lines)
+
+
+def _from_sidecar(entry: dict[str, Any]) -> bool:
+    """True for a compaction the sidecar made through pi's extension."""
+    details = entry.get("details")
+    return isinstance(details, dict) and details.get("source") == SIDECAR_COMPACTION
 
 
 def _active_branch(entries: list[Entry], header: dict[str, Any] | None, skipped: list[str]) -> list[Entry]:

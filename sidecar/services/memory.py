@@ -79,6 +79,12 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                 "metadata": params.session.metadata}
     store = sidecar.store()
     existing = store.session(params.session_id)
+    if params.after is not None:
+        last = store.last_message_id(params.session_id) if existing is not None else None
+        if last != (params.after or None):
+            raise SidecarError(codes.CONVERSATION_MOVED,
+                               f"session {params.session_id!r} has moved on: its newest message is "
+                               f"{last!r}, not {params.after or None!r}; nothing was stored", {"lastId": last})
     if sidecar.workspace is not None and (existing is None or existing.workspace is None):
         info["workspace"] = sidecar.workspace
     names = _tool_names(params.messages)
@@ -103,7 +109,9 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     warnings = _unanswered_results(params.messages, names.keys() - _tool_names(params.messages).keys())
     for warning in warnings:
         log.warning("ingest into %s: %s", params.session_id, warning)
-    ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
+    originals = [message.get("original") for message in params.messages]
+    ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature(),
+                                   originals if any(lines is not None for lines in originals) else None)
     session = sidecar.session(params.session_id)
     if not duplicates and len(rows) <= PRERENDER_MAX and session.last_position is not None:
         # An agent's turn: its next assemble (a delta) then renders nothing and reads no row.
