@@ -368,3 +368,24 @@ async def test_a_pi_compaction_keeping_entries_read_before_is_recorded_as_pi_mad
     assert described.children == ["u1", "a1"]  # u2 onwards are kept verbatim, as pi keeps them
     assert [item.id for item in (await client.assemble("pi-kept")).items] == [
         event.summary_ids[0], "u2", "a2", "u3", "a3"]
+
+
+async def test_a_session_the_proxy_writes_is_not_imported_again(client: SidecarClient, agents: Agents) -> None:
+    await client.ingest("cc-proxied", [{"id": "px-1", "role": "user", "content": "through the proxy"}],
+                        session={"metadata": {"proxy": "anthropic", "agentSession": "cc-proxied"}})
+    writer = agents.claude("cc-proxied")
+    writer.turn(0)
+    other = agents.claude("cc-direct")
+    other.user("not through the proxy")
+    later = os.stat(other.path).st_mtime + 60
+    os.utime(writer.path, (later, later))  # the newest: looked at first, before the direct one is imported
+    await client.follow(workspace=str(agents.workspace))
+    direct = usage_of(client, "cc-direct")
+    await client.watch(str(agents.workspace), env=agents.env)
+    await direct
+    watched = await client.watch(str(agents.workspace), env=agents.env)
+    states = {t.session_id: (t.state, t.problem) for t in watched.transcripts}
+    assert states.get("cc-direct") == ("following", None)
+    assert (await client.usage("cc-proxied")).messages == 1  # the proxy's own message, and nothing else
+    skipped = next(t for t in watched.transcripts if Path(t.path).name == "cc-proxied.jsonl")
+    assert skipped.state == "skipped" and skipped.problem and "proxy" in skipped.problem

@@ -86,6 +86,8 @@ class Tail:
     """The message whose provider usage was last reported, with that usage."""
     problem: str | None = None
     imported: bool = False
+    skipped: str | None = None
+    """Why the file is not imported although it reads well (its session is another client's)."""
     resume: transcripts.Resume | None = None
     """Where the next read may start; None: read the whole file."""
     whole_read_at: float = 0.0
@@ -168,10 +170,10 @@ class WatchService:
             tail = self.tails.get(path)
             if tail is None:
                 continue
-            state = "error" if tail.problem else "waiting" if tail.follower.waiting else \
-                "following" if tail.imported else "queued"
+            state = "error" if tail.problem else "skipped" if tail.skipped else "waiting" if tail.follower.waiting \
+                else "following" if tail.imported else "queued"
             states.append(WatchedTranscript(path=str(path), agent=agent, state=state,
-                                            session_id=tail.follower.session, problem=tail.problem))
+                                            session_id=tail.follower.session, problem=tail.problem or tail.skipped))
         directories = [WatchedDirectory(path=str(state.source.path), agent=state.source.agent, exists=state.exists,
                                         problem=state.problem) for state in watch.scanner.states]
         return WatchResult(workspace=watch.key[0], watching=True, transcripts=states, directories=directories,
@@ -306,6 +308,14 @@ class WatchService:
         tail.resume = read.resume
         sidecar = self.sidecar
         sidecar.workspace = tail.workspace
+        existing = sidecar.store().session(read.session_id)
+        if existing is not None and (existing.metadata or {}).get("proxy"):
+            # The proxy stores this conversation as it passes, under the agent's session id, with ids of its own.
+            if tail.skipped is None:
+                log.info("%s is not imported: its session %s is written by context-sidecar proxy", path,
+                         read.session_id)
+            tail.skipped = f"session {read.session_id} is written by context-sidecar proxy; not imported again"
+            raise NothingYet(tail.skipped)
         stored = transcripts.store(sidecar, read, tail.known)
         first = not tail.imported
         tail.known = {**(tail.known or {}), **read.fingerprints}
