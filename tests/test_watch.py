@@ -389,3 +389,19 @@ async def test_a_session_the_proxy_writes_is_not_imported_again(client: SidecarC
     assert (await client.usage("cc-proxied")).messages == 1  # the proxy's own message, and nothing else
     skipped = next(t for t in watched.transcripts if Path(t.path).name == "cc-proxied.jsonl")
     assert skipped.state == "skipped" and skipped.problem and "proxy" in skipped.problem
+
+
+async def test_a_session_deleted_while_followed_is_stored_again_whole_at_its_next_line(
+        client: SidecarClient, agents: Agents) -> None:
+    writer = agents.claude("cc-deleted")
+    for turn in range(2):
+        writer.turn(turn)
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "cc-deleted", lambda usage: usage.messages == 8)
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    assert (await client.delete_session("cc-deleted")).deleted
+    again = usage_of(client, "cc-deleted", lambda usage: usage.messages == 9)
+    writer.user("after the delete")  # the transcript still holds the whole session: a window would store a part
+    await again
+    assert (await client.grep("cc-deleted", "Turn 0")).matches

@@ -297,6 +297,8 @@ class WatchService:
     async def _import(self, tail: Tail, path: Path, session: str | None, fmt: str) -> ImportResult:
         """Read the file in a thread and store what changed; tell the connections following its session."""
         params = ImportParams(path=str(path), session_id=session, format=fmt, follow=True)
+        if session is not None and tail.imported and self.sidecar.store().session(session) is None:
+            tail.known, tail.resume = None, None  # deleted meanwhile (memory/deleteSession): stored again whole
         start = tail.resume if time.monotonic() - tail.whole_read_at < WHOLE_READ_SECONDS else None
         if start is not None and not await asyncio.to_thread(start.still_there, path):
             start = None  # rewritten in place: read it whole
