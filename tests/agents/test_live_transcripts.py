@@ -53,9 +53,10 @@ def stored(client: SidecarClient, predicate: Any) -> asyncio.Future[Any]:
 async def test_claude_codes_session_is_followed_and_its_own_compaction_recorded(
         sidecar: SidecarClient, claude: Claude, agent_world: AgentWorld) -> None:
     await watch(sidecar, agent_world, {})
+    imported = stored(sidecar, lambda usage: usage.messages >= 2)  # the world's only session
     first = (await asyncio.to_thread(claude.run, "Remember the WALRUS code 4471.")).check()
     session = first.output["session_id"]
-    await stored(sidecar, lambda usage: usage.session_id == session and usage.messages >= 2)
+    assert (await imported).session_id == session
     hits = (await sidecar.grep(session, "WALRUS code 4471")).matches
     assert [hit.snippet for hit in hits] == ["Remember the WALRUS code 4471."]
     for turn in range(3):
