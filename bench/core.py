@@ -59,6 +59,7 @@ SIZES = {
 
 TARGETS: dict[str, tuple[str, float]] = {
     "init_ms": ("<=", 350),
+    "share_init_first_ms": ("<=", 350),
     "ingest_single_p50_ms": ("<=", 3),
     "ingest_batch_msgs_per_s": (">=", 10_000),
     "assemble_small_p50_ms": ("<=", 10),
@@ -93,6 +94,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "follow_small_lag_max_ms": ("<=", 1000),
     "follow_5mb_lag_p50_ms": ("<=", 1000),
     "follow_5mb_lag_max_ms": ("<=", 1000),
+    "proxy_request_overhead_p50_ms": ("<=", 5),
+    "proxy_ttfb_overhead_p50_ms": ("<=", 5),
+    "proxy_pi_cost_ratio": ("<=", 1.0),
 }
 
 
