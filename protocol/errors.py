@@ -12,6 +12,8 @@ UNKNOWN_SESSION = -32001
 ID_NOT_FOUND = -32004
 SUMMARIZER_FAILED = -32010
 COMPACTION_RUNNING = -32011
+CONVERSATION_MOVED = -32012
+"""*Extension*: memory/ingest ``after`` is not the session's newest message; ``data.lastId`` is."""
 STORAGE_LOCKED = -32020
 STORAGE_ERROR = -32021
 HOST_CONNECTION_LOST = -32022

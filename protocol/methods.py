@@ -25,6 +25,10 @@ CONTEXT_ASSEMBLE = "context/assemble"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_USAGE = "context/usage"
 CONTEXT_FOLLOW = "context/follow"
+MEMORY_WATCH = "memory/watch"
+"""*Extension*: follow a workspace's agent transcripts while the connection lives."""
+MEMORY_RECORD_COMPACTION = "memory/recordCompaction"
+"""*Extension*: record a compaction an agent made itself."""
 
 # Notifications, client to server.
 CONTEXT_REPORT_USAGE = "context/reportUsage"
@@ -53,6 +57,8 @@ REQUESTS = (
     MEMORY_CALL_TOOL,
     CONTEXT_FOLLOW,
     MEMORY_RULES,
+    MEMORY_WATCH,
+    MEMORY_RECORD_COMPACTION,
 )
 """Every request the server answers, besides the LSP lifecycle ones."""
 

@@ -61,6 +61,9 @@ class IngestParams:
     session_id: str
     messages: list[Message]
     session: SessionInfo | None = None
+    after: str | None = None
+    """*Extension*: the id of the session's newest message, which these follow ("" when they open the session);
+    when the session has moved on (another newest message), nothing is stored: error -32012 with ``lastId``."""
 
 
 @attrs.define
@@ -315,6 +318,78 @@ class FollowResult:
 
 
 @attrs.define
+class WatchParams:
+    """Params of ``memory/watch`` (*extension*): follow a workspace's agent transcripts while the connection lives."""
+
+    workspace: str
+    watch: bool | None = None
+    """False stops this connection's watch of the workspace; default true."""
+    env: dict[str, str] | None = None
+    """The client's HOME, CLAUDE_CONFIG_DIR, CODEX_HOME, PI_CODING_AGENT_DIR, PI_CODING_AGENT_SESSION_DIR (the others
+    are ignored); the host's own environment for those left out."""
+    directories: list[str] | None = None
+    """More directories of transcripts (of any supported agent) to search for the workspace's sessions."""
+
+
+@attrs.define
+class WatchedTranscript:
+    """One transcript file the host follows for the workspace."""
+
+    path: str
+    agent: str
+    """claude-code, codex, pi, or the format found in a directory named by ``directories``."""
+    state: str
+    """``following``: imported and followed; ``waiting``: nothing to import yet; ``error``: see ``problem``."""
+    session_id: str | None = None
+    problem: str | None = None
+
+
+@attrs.define
+class WatchedDirectory:
+    """One directory searched for the workspace's transcripts."""
+
+    path: str
+    agent: str
+    exists: bool
+    problem: str | None = None
+    """Why it cannot be read (it may appear later: it is searched again)."""
+
+
+@attrs.define
+class WatchResult:
+    """What the host follows for the workspace after the request (for every connection that watches it)."""
+
+    workspace: str
+    watching: bool
+    transcripts: list[WatchedTranscript]
+    directories: list[WatchedDirectory]
+    connections: int = 0
+    """How many connections watch the workspace in these directories (this one included)."""
+
+
+@attrs.define
+class RecordCompactionParams:
+    """Params of ``memory/recordCompaction`` (*extension*): a compaction the agent made itself."""
+
+    session_id: str
+    summary: str
+    source: str
+    """Who compacted: the agent (``claude-code``, ``codex``, ``pi``, …); the summary's summarizer."""
+    trigger: CompactionTrigger | None = None
+    id: str | None = None
+    """The agent's id of this compaction; a second record with the same id (or the same text) changes nothing."""
+
+
+@attrs.define
+class RecordCompactionResult:
+    recorded: bool
+    """False when this compaction was recorded before (``summary_id`` is that record's) or could not be (``reason``)."""
+    usage: Usage
+    summary_id: str | None = None
+    reason: str | None = None
+
+
+@attrs.define
 class DeleteSessionParams:
     session_id: str
 
@@ -360,6 +435,8 @@ class ImportResult:
     replaced: int | None = None
     """*extension*: stored messages rewritten in place because the transcript grew (a stand-in result
     replaced by the real one, an assistant message that gained its tool calls or reasoning)."""
+    compactions: int | None = None
+    """*extension*: the agent's own compactions found in the transcript and recorded by this import."""
 
 
 @attrs.define
@@ -372,6 +449,9 @@ class DidCompactParams:
     tokens_after: int
     tokens_rewritten: int | None = None
     """*Extension*: prompt tokens from the first changed message on (a provider cache miss)."""
+    source: str | None = None
+    """*Extension*: the agent whose own compaction this was (memory/recordCompaction, or found in its transcript);
+    absent for the sidecar's compactions."""
 
 
 @attrs.define

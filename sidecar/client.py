@@ -239,10 +239,12 @@ class SidecarClient:
                                       {"field": error.field, "result": data}) from None
 
     async def ingest(self, session_id: str, messages: list[t.Message],
-                     session: t.SessionInfo | dict[str, Any] | None = None) -> t.IngestResult:
-        """memory/ingest: store messages in order, all or none."""
+                     session: t.SessionInfo | dict[str, Any] | None = None,
+                     after: str | None = None) -> t.IngestResult:
+        """memory/ingest: store messages in order, all or none; ``after``: the session's newest message id that
+        they follow ("" for none), else error -32012 (*extension*)."""
         info = structure(session, t.SessionInfo) if isinstance(session, dict) else session
-        params = t.IngestParams(session_id, messages, info)
+        params = t.IngestParams(session_id, messages, info, after)
         return await self._call(methods.MEMORY_INGEST, params, t.IngestResult)
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
@@ -334,6 +336,30 @@ class SidecarClient:
         """memory/import: ingest a transcript file that the server can read."""
         params = t.ImportParams(path, session_id, format, follow)
         return await self._call(methods.MEMORY_IMPORT, params, t.ImportResult)
+
+    async def record_compaction(self, session_id: str, summary: str, source: str,
+                                trigger: t.CompactionTrigger | None = None,
+                                id: str | None = None) -> t.RecordCompactionResult:
+        """memory/recordCompaction: store a compaction the agent made itself (its summary) with the session."""
+        params = t.RecordCompactionParams(session_id, summary, source, trigger, id)
+        return await self._call(methods.MEMORY_RECORD_COMPACTION, params, t.RecordCompactionResult)
+
+    async def watch(self, workspace: str, env: dict[str, str] | None = None, directories: list[str] | None = None,
+                    watch: bool = True) -> t.WatchResult:
+        """memory/watch: have the host follow the workspace's agent transcripts while this client is connected.
+
+        ``env`` defaults to this process's agent variables (HOME, CLAUDE_CONFIG_DIR, CODEX_HOME, …).
+        """
+        from sidecar.agents.locations import agent_env
+
+        params = t.WatchParams(workspace, watch, agent_env() if env is None else env, directories)
+        return await self._call(methods.MEMORY_WATCH, params, t.WatchResult)
+
+    async def follow(self, session_id: str | None = None, workspace: str | None = None,
+                     follow: bool = True) -> t.FollowResult:
+        """context/follow: receive a session's (or a workspace's sessions') usage and compactions."""
+        params = t.FollowParams(follow, session_id, workspace)
+        return await self._call(methods.CONTEXT_FOLLOW, params, t.FollowResult)
 
     async def report_usage(self, session_id: str, input_tokens: int, output_tokens: int,
                            cache_read_tokens: int | None = None,

@@ -115,6 +115,19 @@ class SummaryRow:
     """Rules the cap on carried rules left out."""
 
 
+@attrs.define(frozen=True)
+class AgentCompactionRow:
+    """A compaction an agent made itself, recorded once, with the summary that stands for it."""
+
+    summary_id: str
+    compaction_id: str | None
+    source: str
+    trigger: str | None
+    text: str
+    """The summary with whitespace folded: how a second record of it is recognised."""
+    recorded_at: datetime
+
+
 class Anchors(NamedTuple):
     """Context items that are never compacted, pruned or dropped: system and pinned messages, with the
     other messages of their tool-call units, in order."""

@@ -56,7 +56,7 @@ def test_the_vs_code_readme_names_the_extension_by_its_id() -> None:
     assert ids and set(ids) == {f"{package['publisher']}.{package['name']}"}
 
 
-@pytest.mark.parametrize("editor", ["neovim", "vscode"])
+@pytest.mark.parametrize("editor", ["neovim", "vscode", "pi"])
 def test_the_editor_readmes_set_up_the_database_agents_use(editor: str) -> None:
     readme = (ROOT / "editors" / editor / "README.md").read_text(encoding="utf-8")
     code = "\n".join(re.findall(r"^```\w*\n(.*?)^```", readme, flags=re.S | re.M))

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from sidecar.agents.follow import Follower, Step
 from sidecar.client import SidecarClient
 from sidecar.importers import ImportFormatError, parse_transcript
-from sidecar.tools.follow import Follower, Step
+from sidecar.tools.import_command import client_importer
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -58,7 +59,7 @@ async def test_each_line_and_half_line_is_stored_as_written(tmp_path: Path, name
     live = tmp_path / "live.jsonl"
     live.write_text("")
     async with await SidecarClient.spawn(db=str(tmp_path / "m.duckdb"), settings=SETTINGS) as client:
-        follower = Follower(client, live)
+        follower = Follower(client_importer(client), live)
         for index, line in enumerate(lines):
             half = len(line) // 2
             with live.open("a") as fh:
@@ -80,7 +81,7 @@ async def test_invalid_line_truncation_replacement_and_deletion(tmp_path: Path) 
     live = tmp_path / "live.jsonl"
     live.write_text("".join(lines[:5]) + "{not json\n")
     async with await SidecarClient.spawn(db=str(tmp_path / "m.duckdb"), settings=SETTINGS) as client:
-        follower = Follower(client, live)
+        follower = Follower(client_importer(client), live)
         steps = await follow_until(follower, client, expected_ids(live))
         assert any("line 6: invalid JSON" in reason for step in steps for reason in step.skipped)
         with live.open("a") as fh:

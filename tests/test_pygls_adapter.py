@@ -35,5 +35,6 @@ def test_a_protocol_instance_has_the_request_futures_converter_and_feature_manag
     server = LanguageServer(name="probe", version="0", protocol_cls=LanguageServerProtocol)
     protocol = server.protocol
     assert isinstance(protocol._request_futures, dict)
+    assert isinstance(protocol._result_types, dict)  # which pending ids are the server's own requests
     assert hasattr(protocol._converter, "unstructure")
     assert isinstance(protocol.fm.features, dict)

@@ -198,6 +198,13 @@ class ModelInfo:
 
 
 @attrs.define(frozen=True)
+class AgentSettings:
+    transcript_directories: tuple[str, ...] = ()
+    """More directories of agent transcripts that ``memory/watch`` searches for a workspace's sessions (files whose
+    recorded working directory is the workspace), beside the agents' own."""
+
+
+@attrs.define(frozen=True)
 class Settings:
     storage: StorageSettings = StorageSettings()
     """Where and how history is stored."""
@@ -216,6 +223,9 @@ class Settings:
 
     models: dict[str, ModelInfo] = attrs.field(factory=dict)
     """Context windows by model name, overriding the built-in table."""
+
+    agents: AgentSettings = AgentSettings()
+    """Where agents keep transcripts, beyond where they do by default (*extension*)."""
 
 
 def read_settings(data: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:

@@ -51,6 +51,9 @@ def check_message(message: Any, field: str) -> None:
                               f"{field}.id")
     if "pinned" in message and not isinstance(message["pinned"], bool):
         raise ParamsError("pinned must be a boolean", f"{field}.pinned")
+    if "original" in message and not (isinstance(message["original"], list)
+                                      and all(isinstance(line, str) for line in message["original"])):
+        raise ParamsError("original must be an array of strings", f"{field}.original")
     if "metadata" in message and message["metadata"] is not None and not isinstance(message["metadata"], dict):
         raise ParamsError("metadata must be an object", f"{field}.metadata")
     if message.get("reasoning") is not None and (role != "assistant" or not isinstance(message["reasoning"], str)):
@@ -124,8 +127,10 @@ def message_row(message: dict[str, Any], max_tokens_per_part: int, tool_names: d
     else:
         tool_name = None
     pinned = message.get("pinned") is True
-    if "pinned" in message:  # a flag of the stored row (memory/pin changes it), not of the verbatim message
-        message = {key: value for key, value in message.items() if key != "pinned"}
+    if "pinned" in message or "original" in message:
+        # A flag of the stored row (memory/pin changes it) and the provider's own JSON (stored beside the message,
+        # as an import's lines are), not parts of the verbatim message.
+        message = {key: value for key, value in message.items() if key not in ("pinned", "original")}
     return MessageRow(
         id=message.get("id"),
         role=message["role"],

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from sidecar.importers.claude_attachments import attachment_messages
 from sidecar.importers.common import (
+    AgentCompaction,
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
@@ -42,6 +44,13 @@ _HARNESS_TYPES = {
 _SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result"}
 
 Entry = tuple[int, dict[str, Any]]
+# How Claude Code wraps a compaction summary where it writes it down (1.x and 2.x); the PostCompact hook gets it bare.
+_COMPACT_PREFACE = re.compile(
+    r"^\s*This session is being continued from a previous conversation[^\n]*\n"
+    r"(?:(?:The conversation is summarized below|The summary below covers)[^\n]*\n)?\s*(?:Summary:\s*\n)?")
+_COMPACT_TRAILER = re.compile(
+    r"\n\s*(?:If you need specific details from before compaction|Please continue the conversation from where"
+    r"|Continue the conversation from where it left off|Recent messages are preserved verbatim)", re.IGNORECASE)
 
 
 def parse(path: Path, follow: bool = False) -> ParsedTranscript:
@@ -54,6 +63,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     superseded: set[int] = set()
     titles: dict[str, str] = {}
     summaries: list[tuple[str, str]] = []
+    boundaries: dict[str, Entry] = {}
     for lineno, _, obj in iter_json_lines(path, skipped, lines, follow):
         kind = obj.get("type")
         uuid = obj.get("uuid")
@@ -79,6 +89,10 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
         elif kind == "ai-title" and isinstance(obj.get("aiTitle"), str):
             titles["ai"] = obj["aiTitle"]
             skipped.append(f"line {lineno}: 'ai-title' entry read as the session title")
+        elif kind == "system" and obj.get("subtype") == "compact_boundary" and isinstance(uuid, str):
+            boundaries[uuid] = (lineno, obj)
+            skipped.append(f"line {lineno}: Claude Code's compaction boundary (its summary is recorded as a "
+                           "compaction)")
         elif kind == "summary" and isinstance(obj.get("summary"), str):
             summaries.append((str(obj.get("leafUuid")), obj["summary"]))
             skipped.append(f"line {lineno}: 'summary' entry (a title Claude Code wrote)")
@@ -97,6 +111,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
             skipped.append(f"line {lineno}: superseded by a later entry with the same uuid")
     conversation = [entry for entry in conversation if entry[0] not in superseded]
     conversation = _active_path(conversation, nodes, skipped)
+    compactions = [_compaction(lineno, obj, boundaries) for lineno, obj in conversation if obj.get("isCompactSummary")]
     messages = _convert(conversation, skipped)
     # Claude Code has written other sessions' summaries into a file; trust only ones that point here.
     own = [text for leaf, text in summaries if leaf in nodes]
@@ -112,7 +127,30 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
         if agent:
             facts["agentId"] = agent
         suggested = f"{suggested}:agent-{agent}" if suggested and agent else path.stem
-    return parsed(SOURCE, messages, skipped, lines, session=session, suggested_session_id=suggested)
+    return parsed(SOURCE, messages, skipped, lines, [c for c in compactions if c is not None], session=session,
+                  suggested_session_id=suggested)
+
+
+def _compaction(lineno: int, obj: dict[str, Any], boundaries: dict[str, Entry]) -> AgentCompaction | None:
+    """Claude Code's own compaction from its summary entry and the boundary entry before it."""
+    text = summary_text(blocks_to_text(obj["message"].get("content")))
+    if not text:
+        return None
+    boundary = boundaries.get(obj.get("parentUuid") or "")
+    line, facts = (boundary[0], boundary[1].get("compactMetadata")) if boundary else (lineno, None)
+    facts = facts if isinstance(facts, dict) else {}
+    trigger = facts.get("trigger") if facts.get("trigger") in ("manual", "auto") else None
+    kept = facts.get("preservedMessages")
+    preserved = kept.get("uuids") if isinstance(kept, dict) else None
+    return AgentCompaction(id=boundary[1]["uuid"] if boundary else obj["uuid"], summary=text, line=line,
+                           trigger=trigger, preserved=frozenset(u for u in preserved or () if isinstance(u, str)))
+
+
+def summary_text(text: str) -> str:
+    """A compaction summary as Claude Code wrote it down, without the preface and the instructions it adds."""
+    body = _COMPACT_PREFACE.sub("", text, count=1)
+    found = _COMPACT_TRAILER.search(body)
+    return (body[:found.start()] if found else body).strip()
 
 
 def _active_path(conversation: list[Entry], nodes: dict[str, Entry], skipped: list[str]) -> list[Entry]:
@@ -216,8 +254,9 @@ def _convert(conversation: list[Entry], skipped: list[str]) -> list[dict[str, An
             target["_lines"].append(lineno)
             _merge_assistant(target, obj, where, skipped)
         elif obj.get("isCompactSummary") or obj.get("isVisibleInTranscriptOnly"):
-            # A compact summary restates history that is imported in full; it would be a duplicate.
-            skipped.append(f"{where}: compaction summary restating earlier history (that history is imported)")
+            # A compact summary restates history that is imported in full: it is recorded as the compaction it is.
+            skipped.append(f"{where}: compaction summary, recorded as Claude Code's own compaction (the history "
+                           "it restates is imported)")
         else:
             converted = _user_messages(obj, where, skipped)
             for msg in converted:

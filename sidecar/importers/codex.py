@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.importers.common import (
+    AgentCompaction,
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
@@ -53,6 +54,7 @@ class _State:
         self.exit_codes: dict[str, int] = {}
         self.outputs: dict[str, dict[str, Any]] = {}
         self.lines: dict[int, str] = {}
+        self.compactions: list[AgentCompaction] = []
 
 
 def parse(path: Path, follow: bool = False) -> ParsedTranscript:
@@ -77,7 +79,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
         first = False
     if state.reasoning or state.encrypted:
         state.skipped.append("end of file: reasoning with no assistant message after it yet")
-    return parsed(SOURCE, state.messages, state.skipped, state.lines, session=_session(state),
+    return parsed(SOURCE, state.messages, state.skipped, state.lines, state.compactions, session=_session(state),
                   suggested_session_id=_session_id(state.meta))
 
 
@@ -96,6 +98,13 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
             state.model = payload["model"]
     elif kind == "response_item":
         _response_item(state, lineno, raw, payload, obj.get("timestamp"))
+    elif kind == "compacted":
+        summary = payload.get("message")
+        if isinstance(summary, str) and summary.strip():
+            state.compactions.append(AgentCompaction(id=stable_id(SOURCE, lineno, raw), summary=summary.strip(),
+                                                     line=lineno))
+        else:
+            state.skipped.append(f"line {lineno}: compacted line without a summary message")
     elif kind == "event_msg" and payload.get("type") == "token_count":
         _token_count(state, payload)
     elif kind == "event_msg" and payload.get("type") == "exec_command_end":

@@ -20,6 +20,24 @@ class ImportFormatError(ValueError):
 
 
 @attrs.frozen
+class AgentCompaction:
+    """A compaction the agent made itself, as its transcript records it."""
+
+    id: str
+    """The agent's id of it (Claude Code's boundary uuid, pi's entry id, a stable id of Codex's line)."""
+    summary: str
+    line: int
+    """The line that records it; the messages before it are what it replaced."""
+    trigger: str | None = None
+    kept_from: int | None = None
+    """The first line of the history the agent kept verbatim after the summary (pi's ``firstKeptEntryId``)."""
+    preserved: frozenset[str] = frozenset()
+    """Messages the agent kept verbatim after the summary (Claude Code's ``preservedMessages``), by entry id."""
+    upto: str | None = None
+    """The id of the last message it replaced (found by ``parsed``); None when it replaced none of them."""
+
+
+@attrs.frozen
 class ParsedTranscript:
     """A transcript turned into OpenAI Chat Completions messages."""
 
@@ -32,15 +50,30 @@ class ParsedTranscript:
     """Each message's original transcript lines, verbatim, by message id (stand-ins have none)."""
     lines_read: int = 0
     """JSON lines read, for saying why none counted."""
+    compactions: list[AgentCompaction] = attrs.field(factory=list)
+    """The agent's own compactions, in the order it made them."""
 
 
 def parsed(format: str, messages: list[dict[str, Any]], skipped: list[str], lines: dict[int, str],
-           **facts: Any) -> ParsedTranscript:
-    """The result of a parser: messages finalized, each with its original lines."""
+           compactions: list[AgentCompaction] | None = None, **facts: Any) -> ParsedTranscript:
+    """The result of a parser: messages finalized, each with its original lines, and what each compaction replaced."""
     final = finalize(messages, skipped, format)
+    found = [_replaced(compaction, final) for compaction in compactions or ()]
     sources = {m["id"]: [lines[n] for n in m.pop("_lines") if n in lines] for m in final if "_lines" in m}
     return ParsedTranscript(format=format, messages=final, skipped=skipped, sources=sources,
-                            lines_read=len(lines), **facts)
+                            lines_read=len(lines), compactions=found, **facts)
+
+
+def _replaced(compaction: AgentCompaction, messages: list[dict[str, Any]]) -> AgentCompaction:
+    """The compaction with ``upto``: the last message written before it (and before what it kept) and not kept."""
+    end = compaction.line if compaction.kept_from is None else min(compaction.line, compaction.kept_from)
+    upto = None
+    first = 0
+    for message in messages:
+        first = min(message["_lines"]) if message.get("_lines") else first  # a stand-in result goes with its call
+        if first < end and message["id"].partition("#")[0] not in compaction.preserved:
+            upto = message["id"]
+    return attrs.evolve(compaction, upto=upto)
 
 
 def iter_json_lines(path: Path, skipped: list[str], lines: dict[int, str] | None = None,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.importers.common import (
+    AgentCompaction,
     ParsedTranscript,
     base_metadata,
     blocks_to_text,
@@ -32,6 +33,9 @@ _SILENT_TYPES = {
     "ephemeral",
 }
 _MESSAGE_TYPES = {"message", "custom_message", "branch_summary"}
+SIDECAR_COMPACTION = "context-sidecar"
+"""``details.source`` of the compactions pi records for the sidecar's pi extension (editors/pi): the sidecar's own
+summaries, already in the session, so not an agent's compaction to record."""
 # pi's own wrapper for branch summaries, so the imported text reads as pi sent it.
 _BRANCH_PREFIX = (
     "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
@@ -61,9 +65,18 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
 
     session = _session_facts(header)
     messages: list[dict[str, Any]] = []
+    compactions: list[AgentCompaction] = []
+    lines_of = {obj.get("id"): lineno for lineno, _, obj in entries}
     for lineno, raw, obj in entries:
         kind = obj["type"]
         _note_session_fact(session, obj)
+        if kind == "compaction" and isinstance(obj.get("summary"), str) and obj["summary"].strip() \
+                and not _from_sidecar(obj):
+            kept = obj.get("firstKeptEntryId")
+            compactions.append(AgentCompaction(id=obj.get("id") or stable_id(SOURCE, lineno, raw),
+                                               summary=obj["summary"].strip(), line=lineno,
+                                               kept_from=lines_of.get(kept) if isinstance(kept, str) else None))
+            continue
         if kind in _SILENT_TYPES:
             continue  # Settings changes pi never sends to the model; read into the session facts above.
         if kind not in _MESSAGE_TYPES:
@@ -74,7 +87,14 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
             msg["_lines"] = [lineno]
             messages.append(msg)
     suggested = header.get("id") if header and isinstance(header.get("id"), str) else None
-    return parsed(SOURCE, messages, skipped, lines, session=_tidy_session(session), suggested_session_id=suggested)
+    return parsed(SOURCE, messages, skipped, lines, compactions, session=_tidy_session(session),
+                  suggested_session_id=suggested)
+
+
+def _from_sidecar(entry: dict[str, Any]) -> bool:
+    """True for a compaction the sidecar made through pi's extension."""
+    details = entry.get("details")
+    return isinstance(details, dict) and details.get("source") == SIDECAR_COMPACTION
 
 
 def _active_branch(entries: list[Entry], header: dict[str, Any] | None, skipped: list[str]) -> list[Entry]:

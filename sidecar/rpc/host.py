@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import fcntl
 import gc
 import importlib
+import itertools
 import logging
 import os
 import signal
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, Settings, StorageSettings
-from sidecar.config.sockets import ShareError, check_owner, database_key
+from sidecar.config.sockets import ShareError, check_owner, database_key, lock_path
 from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
 from sidecar.rpc.startup import EarlyStart
@@ -35,7 +38,12 @@ log = logging.getLogger(__name__)
 LINGER_SECONDS = 5.0
 """How long a host stays up after its last connection closed (or, at start, for its first one)."""
 DRAIN_SECONDS = 10.0
-"""How long requests still running when a connection ends may take to send their replies."""
+"""How long the replies of a connection that is ending may take to be written."""
+FINISH_SECONDS = 600.0
+"""How long requests of a connection that ended may run on (a compaction waiting on its summarizer) before they
+are cancelled, which leaves their sessions as they were."""
+CONNECTION: contextvars.ContextVar[int | None] = contextvars.ContextVar("connection", default=None)
+"""The host's number of the connection whose work is running: its log records also go to its client's log."""
 HANDSHAKE_SECONDS = 5.0
 """How long a connection may take to send its handshake line."""
 
@@ -104,6 +112,40 @@ class SocketWriter:
         self.closed = True
 
 
+class ConnectionLog(logging.Filter):
+    """The records of one connection, for the log file its relay was given (``--log-file``)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return CONNECTION.get() == self.number
+
+    @staticmethod
+    def handler(number: int, peer: dict[str, Any]) -> logging.Handler | None:
+        """A handler writing this connection's records to the relay's log file, at its verbosity; None if none."""
+        path, verbose = peer.get("logFile"), peer.get("verbose", 0)
+        if not isinstance(path, str) or not path or not isinstance(verbose, int):
+            return None
+        try:
+            handler = logging.FileHandler(path)
+        except OSError as error:
+            log.warning("cannot write connection %d's log to %s: %s", number, path, error)
+            return None
+        handler.setLevel(logging.WARNING - 10 * max(0, min(verbose, 2)))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [host]: %(message)s"))
+        handler.addFilter(ConnectionLog(number))
+        root = logging.getLogger()
+        if handler.level < root.getEffectiveLevel():
+            for own in root.handlers:  # the host's own log keeps its level
+                if own.level == logging.NOTSET:
+                    own.setLevel(root.getEffectiveLevel())
+            root.setLevel(handler.level)
+        root.addHandler(handler)
+        return handler
+
+
 class Host:
     """One database, served to every connection on its socket."""
 
@@ -121,6 +163,15 @@ class Host:
         self._done: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._frozen = False
+        self._numbers = itertools.count(1)
+        self.leaving: set[Any] = set()
+        """Connections whose client has gone while their requests finish: told of no other session's changes."""
+        self.errors = 0
+        """Records of ERROR or worse logged: a host that logged none removes its log file when it exits."""
+        from sidecar.rpc.watching import host_watcher
+
+        self.transcripts = host_watcher(self)
+        """Follows the agent transcripts of the workspaces its connections watch (memory/watch)."""
 
     def open(self) -> None:
         """Open the database (ShareError or SidecarError when it cannot be)."""
@@ -157,12 +208,39 @@ class Host:
         finally:
             loop.remove_reader(self._listener.fileno())
             self._close_listener()
+            await self.transcripts.close()
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             gc.unfreeze()  # let the last collection see DuckDB's objects, or its bindings report them as leaked
             self.sidecar.close()
             log.info("host of %s closed", self.db)
+            self._tidy()
+
+    def _tidy(self) -> None:
+        """Remove the lock file, and the log unless an error is in it, unless a relay is starting a new host."""
+        lock = lock_path(self.socket_file)
+        try:
+            fd = os.open(lock, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return  # a relay holds it: it is starting the next host, which appends to the same log
+        try:
+            if not self.errors:
+                with contextlib.suppress(OSError):
+                    self.socket_file.with_suffix(".log").unlink()
+            # Unlinked while locked: a relay waiting for this lock sees that its file is gone and opens it anew.
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        finally:
+            os.close(fd)
+
+    def _stopping(self) -> bool:
+        return self._done is None or self._done.done()
 
     def stop(self) -> None:
         """End ``run``."""
@@ -197,13 +275,19 @@ class Host:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        task = asyncio.get_running_loop().create_task(self._connection(sock))
+        self.keep(asyncio.get_running_loop().create_task(self._connection(sock)))
+
+    def keep(self, task: asyncio.Task[Any]) -> None:
+        """Keep a task until it ends; the host cancels those still running when it closes."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _connection(self, sock: socket.socket) -> None:
         sock.setblocking(False)
+        number = next(self._numbers)
+        CONNECTION.set(number)  # this task's context: what it starts logs as this connection
         server = None
+        handler = None
         try:
             uid = peer_uid(sock)
             if uid != os.getuid():
@@ -213,21 +297,27 @@ class Host:
             peer, rest = await self._handshake(sock)
             if peer is None:
                 return
+            handler = ConnectionLog.handler(number, peer)
             server = self._server(peer)
             self.servers.add(server)
             await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
+            log.info("connection %d: relay pid %s in %s", number, peer.get("pid"), peer.get("cwd"))
             reader = FrameReader()
             reader.feed(rest)
             writer = SocketWriter(sock, asyncio.get_running_loop())
             await server.serve_fd(sock.fileno(), writer, EarlyStart(reader, reader.frames()))
-            await self._answer_pending(server)
+            self.leaving.add(server)
+            await self._finish(server)
             writer.finish()
         except Exception:
-            log.exception("connection failed")
+            log.exception("connection %d failed", number)
         finally:
             if server is not None:
                 await self._drop(server)
             sock.close()
+            if handler is not None:
+                logging.getLogger().removeHandler(handler)
+                handler.close()
             if not self.servers and self._done is not None and not self._done.done():
                 self._idle_soon()
 
@@ -277,11 +367,25 @@ class Host:
         return server
 
     @staticmethod
-    async def _answer_pending(server: Any) -> None:
-        """Let requests read before ``exit`` or end of input send their replies, as a process of its own does."""
-        pending = list(server.protocol.pending_requests())
-        if pending:
-            await asyncio.wait(pending, timeout=DRAIN_SECONDS)
+    async def _finish(server: Any) -> None:
+        """The client said ``exit`` or is gone: what it asked for runs to its end and is answered if it can be.
+
+        Requests the server sent it are answered with an error at once (nobody else will), so a compaction
+        waiting on its ``context/willCompact`` proceeds. The client's requests, a compaction waiting on its
+        summarizer among them, finish for their sessions, or are cancelled after FINISH_SECONDS, which leaves
+        their sessions as they were.
+        """
+        abandoned = server.protocol.abandon_outgoing("the client is gone")
+        running = server.protocol.handling()
+        if abandoned or running:
+            log.info("client gone with %d requests running and %d of ours unanswered", len(running), abandoned)
+        if running:
+            _, late = await asyncio.wait(running, timeout=FINISH_SECONDS)
+            for future in late:
+                future.cancel()
+            if late:
+                log.warning("cancelled %d requests of a client that is gone after %.0f s", len(late), FINISH_SECONDS)
+                await asyncio.wait(late)
         for _ in range(2):
             await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
 
@@ -290,22 +394,43 @@ class Host:
         store = self.sidecar.open_store
         session = store.session(session_id) if store is not None else None
         workspace = session.workspace if session is not None else None
-        return [server for server in self.servers if server is not origin and server.follows(session_id, workspace)]
+        return [server for server in self.servers
+                if server is not origin and server not in self.leaving and server.follows(session_id, workspace)]
 
     async def _drop(self, server: Any) -> None:
-        """A connection ended: its background work stops, and it follows nothing any more."""
-        self.servers.discard(server)
+        """A connection ended: what still runs of its work is cancelled (a stopping host); it follows and watches
+        nothing any more."""
+        self.transcripts.drop(server)
+        for future in server.protocol.handling():
+            future.cancel()
+        # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them).
+        if server.background_tasks and not self._stopping():
+            await asyncio.wait(list(server.background_tasks), timeout=FINISH_SECONDS)
         for task in list(server.background_tasks):
             task.cancel()
-        await asyncio.gather(*server.background_tasks, return_exceptions=True)
+        await asyncio.gather(*server.background_tasks, *server.protocol.handling(), return_exceptions=True)
+        self.servers.discard(server)
+        self.leaving.discard(server)
         if server.compactions is not None:
             with contextlib.suppress(Exception):
                 await server.compactions.close()
 
 
+class _ErrorCount(logging.Handler):
+    """Counts the host's records of ERROR and worse."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(logging.ERROR)
+        self.host = host
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.host.errors += 1
+
+
 def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
     """``context-sidecar host``: open the database, bind, say "ready" on stdout (or why not), serve."""
     host = Host(db, Path(socket_file), linger, memory_limit)
+    logging.getLogger().addHandler(_ErrorCount(host))
     # pygls loads while DuckDB opens the file (and replays its WAL): relays waiting on a new host wait less.
     threading.Thread(target=importlib.import_module, args=("sidecar.rpc.handlers",), daemon=True).start()
     try:

@@ -4,6 +4,7 @@ tests/test_pygls_adapter.py fails when the members used here change shape.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Protocol
 
@@ -121,3 +122,18 @@ class SidecarProtocol(LanguageServerProtocol):
     def pending_requests(self) -> list[Any]:
         """The futures of requests still being handled (the client's) or awaited (the server's)."""
         return list(self._request_futures.values())
+
+    def handling(self) -> list[asyncio.Future[Any]]:
+        """The client's requests still being handled (by coroutine handlers, as all of ours are)."""
+        futures: dict[Any, Any] = self._request_futures  # pygls types them all as concurrent futures
+        return [future for msg_id, future in futures.items()
+                if asyncio.isfuture(future) and not future.done() and msg_id not in self._result_types]
+
+    def abandon_outgoing(self, reason: str) -> int:
+        """Answer the server's own requests still waiting on the client with an error; how many there were."""
+        waiting = [msg_id for msg_id, future in self._request_futures.items()
+                   if not asyncio.isfuture(future) and msg_id in self._result_types]
+        for msg_id in waiting:
+            self._result_types.pop(msg_id, None)
+            self._handle_response(msg_id, None, lsp.ResponseError(code=codes.INTERNAL_ERROR, message=reason))
+        return len(waiting)

@@ -2,7 +2,7 @@
 
 The relay reads what it forwards only to know which requests are in flight (answered -32022, retryable,
 when the host dies) and which messages open the client's protocol session (initialize, initialized,
-settings, follows), replayed to a new host so that the client does not notice the change beyond those
+settings, follows, watches), replayed to a new host so that the client does not notice the change beyond those
 errors. The host is started on demand, under a lock, by whichever relay finds no host listening.
 """
 
@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ RECONNECT_WAIT = 30.0
 """Seconds a relay keeps trying to reach or start a new host after its host died."""
 HOST_LEAVING_WAIT = 2.0
 """Seconds a new relay retries starting a host before it opens the database itself (see ``serve``)."""
-REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW)
+REPLAYED = ("initialize", "initialized", "workspace/didChangeConfiguration", methods.CONTEXT_FOLLOW,
+            methods.MEMORY_WATCH)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
 
@@ -51,8 +53,11 @@ class HostFailed(Exception):
     """A host could not be started (the database is locked by a process that does not share it, say)."""
 
 
-def connect(path: Path) -> socket.socket | None:
-    """A handshaken connection to the host at ``path``; None when no host listens there (no file, or stale)."""
+def connect(path: Path, log_to: dict[str, Any] | None = None) -> socket.socket | None:
+    """A handshaken connection to the host at ``path``; None when no host listens there (no file, or stale).
+
+    ``log_to`` (``logFile``, ``verbose``) asks the host to write this connection's log records there too.
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
@@ -64,7 +69,7 @@ def connect(path: Path) -> socket.socket | None:
         raise Refused(f"cannot connect to {path}: {error}") from error
     try:
         sock.settimeout(HANDSHAKE_WAIT)
-        sock.sendall(handshake.hello("relay", cwd=os.getcwd(), pid=os.getpid()))
+        sock.sendall(handshake.hello("relay", cwd=os.getcwd(), pid=os.getpid(), **(log_to or {})))
         line = b""
         while not line.endswith(b"\n") and len(line) < handshake.MAX_LINE:
             chunk = sock.recv(1)  # one byte at a time: nothing after the line is ours to read yet
@@ -98,26 +103,41 @@ def connect(path: Path) -> socket.socket | None:
     return sock
 
 
-def attach(db: str, memory_limit: str, log_args: list[str]) -> socket.socket:
+def attach(db: str, memory_limit: str, log_args: list[str], log_to: dict[str, Any] | None = None) -> socket.socket:
     """Connect to the database's host, starting one first (under the lock) if none listens."""
     try:
         path = socket_path(db)
     except ShareError as error:
         raise Refused(str(error)) from error
-    sock = connect(path)
+    sock = connect(path, log_to)
     if sock is not None:
         return sock
-    with open(lock_path(path), "a") as lock:
-        os.fchmod(lock.fileno(), 0o600)
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        sock = connect(path)  # whoever held the lock may have started one
+    with _start_lock(lock_path(path)):
+        sock = connect(path, log_to)  # whoever held the lock may have started one
         if sock is not None:
             return sock
         start_host(db, path, memory_limit, log_args)
-        sock = connect(path)
+        sock = connect(path, log_to)
     if sock is None:
         raise Refused(f"the host started for {database_key(db)} does not listen on {path}")
     return sock
+
+
+@contextlib.contextmanager
+def _start_lock(path: Path) -> Iterator[None]:
+    """Hold the lock on ``path``: a host that exits removes the file while holding it, so a lock taken on a
+    file no longer at ``path`` is taken again on the new one."""
+    while True:
+        with open(path, "a") as lock:
+            os.fchmod(lock.fileno(), 0o600)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(lock.fileno()).st_ino:
+                yield
+                return
 
 
 def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> None:
@@ -158,8 +178,9 @@ def _response_id(frame: bytes) -> Any:
 class Relay:
     """Passes a client's stdio to the host, and survives the host's death."""
 
-    def __init__(self, db: str, memory_limit: str, log_args: list[str], client_pid: int | None = None) -> None:
-        self.db, self.memory_limit, self.log_args = db, memory_limit, log_args
+    def __init__(self, db: str, memory_limit: str, log_args: list[str], client_pid: int | None = None,
+                 log_to: dict[str, Any] | None = None) -> None:
+        self.db, self.memory_limit, self.log_args, self.log_to = db, memory_limit, log_args, log_to
         self.client_pid = client_pid
         self.up = FrameReader()
         self.down = bytearray()
@@ -234,7 +255,7 @@ class Relay:
             self.in_flight[msg_id] = method  # other ids are the host's to refuse, and never answered by id
         if method in REPLAYED:
             kept = self.opening.setdefault(method, [])
-            if method == methods.CONTEXT_FOLLOW:
+            if method in (methods.CONTEXT_FOLLOW, methods.MEMORY_WATCH):
                 kept.append(message)
             else:
                 kept[:] = [message]
@@ -288,7 +309,7 @@ class Relay:
         deadline = time.monotonic() + RECONNECT_WAIT
         while True:
             try:
-                return attach(self.db, self.memory_limit, self.log_args)
+                return attach(self.db, self.memory_limit, self.log_args, self.log_to)
             except HostFailed as error:
                 # Another relay's host may still be replaying the WAL, or the old one not quite gone.
                 if time.monotonic() > deadline:
@@ -332,12 +353,16 @@ def refuse(first: bytes, reason: str) -> int:
             return 0 if shutdown else 1
 
 
-def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_pid: int | None) -> int | None:
-    """Relay stdio to the host of ``db``; None when this process should open the database itself instead."""
+def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_pid: int | None,
+          log_to: dict[str, Any] | None = None) -> int | None:
+    """Relay stdio to the host of ``db``; None when this process should open the database itself instead.
+
+    ``log_to`` (``logFile``, ``verbose``): where the host also writes this connection's log records.
+    """
     deadline = time.monotonic() + HOST_LEAVING_WAIT
     while True:
         try:
-            sock = attach(db, memory_limit, log_args)
+            sock = attach(db, memory_limit, log_args, log_to)
             break
         except HostFailed as error:
             if time.monotonic() < deadline:
@@ -347,7 +372,7 @@ def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_
             return None
         except Refused as error:
             return refuse(first, str(error))
-    relay = Relay(db, memory_limit, log_args, client_pid)
+    relay = Relay(db, memory_limit, log_args, client_pid, log_to)
     try:
         return relay.run(first, sock)
     except Refused as error:

@@ -46,6 +46,8 @@ REQUEST_PARAMS: dict[str, type] = {
     methods.MEMORY_CALL_TOOL: types.CallToolParams,
     methods.CONTEXT_FOLLOW: types.FollowParams,
     methods.MEMORY_RULES: types.RulesParams,
+    methods.MEMORY_WATCH: types.WatchParams,
+    methods.MEMORY_RECORD_COMPACTION: types.RecordCompactionParams,
 }
 NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5
@@ -108,6 +110,8 @@ class SidecarServer(LanguageServer):
         """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
         self.peer_cwd: str | None = None
         """The working directory of the relay on the other end, for a host's connection."""
+        self.transcripts: Any = None
+        """Without a host: the server's own watcher of agent transcripts (``sidecar.rpc.watching``), once asked."""
         self._checkpoint: asyncio.TimerHandle | None = None
         json_rpc_log = logging.getLogger("pygls.protocol.json_rpc")
         if not any(isinstance(f, _QuietExpectedErrors) for f in json_rpc_log.filters):  # a host has many servers

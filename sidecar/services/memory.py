@@ -7,7 +7,6 @@ import logging
 import re
 from collections.abc import Collection
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from protocol import errors as codes
@@ -22,22 +21,19 @@ from protocol.types import (
     GrepMatch,
     GrepParams,
     GrepResult,
-    ImportParams,
-    ImportResult,
     IngestParams,
     IngestResult,
     PinParams,
     PinResult,
     RulesParams,
     RulesResult,
-    SessionInfo,
     SessionsResult,
     SessionSummary,
 )
 from sidecar.config.paths import workspace_key
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.footer import session_standing
-from sidecar.engine.messages import MessageRow, check_message, message_row
+from sidecar.engine.messages import check_message, message_row
 from sidecar.engine.rules import footer_rules
 from sidecar.rows import StoredMessage, SummaryRow
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
@@ -83,6 +79,12 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                 "metadata": params.session.metadata}
     store = sidecar.store()
     existing = store.session(params.session_id)
+    if params.after is not None:
+        last = store.last_message_id(params.session_id) if existing is not None else None
+        if last != (params.after or None):
+            raise SidecarError(codes.CONVERSATION_MOVED,
+                               f"session {params.session_id!r} has moved on: its newest message is "
+                               f"{last!r}, not {params.after or None!r}; nothing was stored", {"lastId": last})
     if sidecar.workspace is not None and (existing is None or existing.workspace is None):
         info["workspace"] = sidecar.workspace
     names = _tool_names(params.messages)
@@ -107,7 +109,9 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     warnings = _unanswered_results(params.messages, names.keys() - _tool_names(params.messages).keys())
     for warning in warnings:
         log.warning("ingest into %s: %s", params.session_id, warning)
-    ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature())
+    originals = [message.get("original") for message in params.messages]
+    ids, duplicates = store.ingest(params.session_id, rows, info, prunable, sidecar.prune_signature(),
+                                   originals if any(lines is not None for lines in originals) else None)
     session = sidecar.session(params.session_id)
     if not duplicates and len(rows) <= PRERENDER_MAX and session.last_position is not None:
         # An agent's turn: its next assemble (a delta) then renders nothing and reads no row.
@@ -291,85 +295,3 @@ def delete_session(sidecar: Sidecar, params: DeleteSessionParams) -> DeleteSessi
 def iso(moment: datetime | None) -> str | None:
     """Stored naive-UTC time as ISO-8601 with a Z."""
     return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"
-
-
-def import_transcript(sidecar: Sidecar, params: ImportParams) -> ImportResult:
-    """Parse a transcript file on this machine and store it; importing it again as it grows converges.
-
-    Messages already stored as they are count as duplicates; an imported message whose conversion changed (the
-    file grew: more tool calls, reasoning) and a stand-in result whose real result arrived are rewritten in place
-    (``Storage.replace_messages``); the rest is ingested as one atomic batch. The original lines go beside them.
-    """
-    from sidecar.importers import FORMATS, ImportFormatError, parse_transcript
-
-    fmt = params.format or "auto"
-    if fmt != "auto" and fmt not in FORMATS:
-        raise invalid_params(f"format must be auto or one of {', '.join(FORMATS)}", "format")
-    path = Path(sidecar.cwd or ".", Path(params.path).expanduser())
-    if not path.is_file():
-        raise invalid_params(f"no transcript file at {str(path)!r}", "path")
-    try:
-        parsed = parse_transcript(path, fmt, follow=bool(params.follow))
-    except ImportFormatError as error:
-        raise invalid_params(str(error), "format") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise invalid_params(f"cannot read {str(path)!r}: {error}", "path") from None
-    if not parsed.messages:
-        reasons = "; ".join(parsed.skipped[:5]) + ("; …" if len(parsed.skipped) > 5 else "")
-        raise invalid_params(f"no messages could be read from {str(path)!r} as {parsed.format}: "
-                             f"{parsed.lines_read} JSON lines read, none a {parsed.format} message"
-                             + (f" ({len(parsed.skipped)} skipped: {reasons})" if reasons else ""), "path")
-    session_id = params.session_id or parsed.suggested_session_id or path.stem
-    check_session_id(session_id)
-    for index, message in enumerate(parsed.messages):
-        try:
-            check_message(message, f"messages[{index}]")
-        except ParamsError as error:
-            raise invalid_params(f"{path.name}: {error}", error.field) from None
-    store = sidecar.store()
-    replacements, fresh = _import_changes(sidecar, session_id, parsed.messages)
-    replaced = 0
-    if replacements:
-        replaced = store.replace_messages(session_id, replacements)
-        sidecar.rendered.clear()  # positions now hold other messages than the ones rendered
-    info = parsed.session or {}
-    result = ingest(sidecar, IngestParams(session_id=session_id, messages=fresh, session=SessionInfo(
-        model=info.get("model"), title=info.get("title"), metadata=info.get("metadata"))))
-    changed = {m["id"] for m in fresh} | {row.id or old_id for old_id, row in replacements}
-    store.store_sources(session_id, {i: lines for i, lines in parsed.sources.items() if i in changed})
-    ids = [m["id"] for m in parsed.messages]
-    return ImportResult(session_id=session_id, format=parsed.format, ids=ids,
-                        duplicates=len(ids) - len(fresh) - replaced + result.duplicates,
-                        skipped=list(parsed.skipped), usage=sidecar.usage(sidecar.session(session_id)),
-                        replaced=replaced)
-
-
-def _import_changes(sidecar: Sidecar, session_id: str, messages: list[dict[str, Any]]
-                    ) -> tuple[list[tuple[str, MessageRow]], list[dict[str, Any]]]:
-    """What an import changes: stored messages to rewrite (stored id, new row), and messages to ingest."""
-    store = sidecar.store()
-    if store.session(session_id) is None:
-        return [], messages
-    owners = {call["id"]: m["id"] for m in messages for call in m.get("tool_calls") or ()}
-    stand_ins = {m["id"]: f"{owners[m['tool_call_id']]}:{m['tool_call_id']}:no-result" for m in messages
-                 if m["role"] == "tool" and m["tool_call_id"] in owners
-                 and not (m.get("metadata") or {}).get("synthetic")}
-    stored = store.messages_by_id(session_id, [m["id"] for m in messages] + list(stand_ins.values()))
-    names = _tool_names(messages)
-    max_part = sidecar.settings.prune.max_tokens_per_part
-    replacements: list[tuple[str, MessageRow]] = []
-    fresh: list[dict[str, Any]] = []
-    for message in messages:
-        old = stored.get(message["id"])
-        if old is None and message["id"] in stand_ins:
-            old = stored.get(stand_ins[message["id"]])
-            if old is not None and not (json.loads(old.raw).get("metadata") or {}).get("synthetic"):
-                old = None
-        if old is None:
-            fresh.append(message)
-            continue
-        row = message_row(message, max_part, names)
-        source = (message.get("metadata") or {}).get("source")
-        if old.raw != row.raw and (json.loads(old.raw).get("metadata") or {}).get("source") == source:
-            replacements.append((old.id, row))  # Ours, from an earlier read of the same transcript.
-    return replacements, fresh

@@ -71,6 +71,8 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
         self._anchors: dict[str, Anchors] = {}
+        self._heads: dict[str, tuple[int, str]] = {}
+        """Per session: (revision, id of its newest message), see ``last_message_id``."""
 
     @classmethod
     def open(cls, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Storage:
@@ -256,9 +258,10 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._sessions.pop(session_id, None)
         self._anchors.pop(session_id, None)
+        self._heads.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",
-                                   "sessions")])
+                                   "agent_compactions", "sessions")])
         return True
 
     def record_reported_usage(self, session_id: str, tokens: int, calibration: float) -> None:

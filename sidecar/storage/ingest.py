@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ class IngestWrites:
     _sessions: dict[str, SessionRow]
     _tails: TailCache
     _anchors: dict[str, Anchors]
+    _heads: dict[str, tuple[int, str]]
     note_anchors: Callable[[str, Sequence[ItemRow], Sequence[bool]], None]
     allocate_positions: Callable[[int], int]
     session: Callable[[str], SessionRow | None]
@@ -40,11 +41,14 @@ class IngestWrites:
     _statement: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 
     def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any],
-               prunable: Sequence[bool], prune_rule: str) -> tuple[list[str], int]:
+               prunable: Sequence[bool], prune_rule: str,
+               originals: Sequence[Sequence[str] | None] | None = None) -> tuple[list[str], int]:
         """Store new messages at the end of the session's context, atomically; returns (ids, duplicates).
 
         ``prunable`` says which rows are tool outputs pruning may replace, counted under ``prune_rule``.
         The messages join the context as live messages (``SessionRow.live_after``): one INSERT, no other row.
+        ``originals``: each row's original lines (or None), stored in the same transaction beside the messages
+        stored now (a duplicate keeps the lines it has).
         """
         now = utcnow()
         ids: list[str] = []
@@ -56,22 +60,26 @@ class IngestWrites:
             if msg_id not in seen:
                 seen.add(msg_id)
                 fresh.append((msg_id, row, can_prune))
+        sources = {msg_id: lines for msg_id, lines in zip(ids, originals, strict=True)
+                   if lines is not None} if originals else None
         first = self.allocate_positions(len(fresh))
         seqs = list(range(first, first + len(fresh)))
         session = self.session(session_id)
         info = {key: value for key, value in info.items()
                 if value is not None and (session is None or getattr(session, key) != value)}
-        alone = session is not None and not info and session.prunable_rule == prune_rule
+        alone = session is not None and not info and session.prunable_rule == prune_rule and not sources
         try:
             # Optimistic: a plain INSERT is twice as fast as ON CONFLICT, and duplicates are the exception.
-            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, False)
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, False,
+                                       sources)
         except duckdb.ConstraintException:
-            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, True)
+            stored = self._ingest_rows(session_id, session, fresh, seqs, info, prune_rule, now, alone, True,
+                                       sources)
         return ids, len(rows) - stored
 
     def _ingest_rows(self, session_id: str, session: SessionRow | None, fresh: list[tuple[str, MessageRow, bool]],
                      seqs: list[int], info: dict[str, Any], prune_rule: str, now: datetime, alone: bool,
-                     skip_duplicates: bool) -> int:
+                     skip_duplicates: bool, sources: Mapping[str, Sequence[str]] | None = None) -> int:
         """One ingest transaction; returns how many rows were stored.
 
         ``alone``: the INSERT is the only statement, so it runs in its own transaction rather than ours.
@@ -86,6 +94,15 @@ class IngestWrites:
                 returned = self._db.execute(*insert).fetchall() if insert else []
                 if session is not None and session.prunable_rule != prune_rule:
                     self._db.execute(*self._prunable_recount(session_id, prune_rule)).fetchall()
+                stored = {seq for (seq,) in returned} if skip_duplicates else set(seqs)
+                lines = {msg_id: sources[msg_id] for seq, (msg_id, _, _) in zip(seqs, fresh, strict=True)
+                         if seq in stored and msg_id in sources} if sources else {}
+                if lines:
+                    self._db.execute(
+                        "INSERT INTO message_sources SELECT ?, unnest(?::VARCHAR[]), unnest(?::VARCHAR[]) "
+                        "ON CONFLICT DO NOTHING",
+                        [session_id, list(lines), [json.dumps(list(v), ensure_ascii=False) for v in lines.values()]]
+                    ).fetchall()
         stored = {seq for (seq,) in returned} if skip_duplicates else set(seqs)
         kept = [(seq, *entry) for seq, entry in zip(seqs, fresh, strict=True) if seq in stored]
         if session is None or session.prunable_rule != prune_rule:
@@ -113,7 +130,29 @@ class IngestWrites:
                 last_position=kept[-1][0], revision=revision, updated_at=now,
                 live_count=session.live_count + len(kept))
         self._sessions[session_id] = session
+        if kept:
+            self._heads[session_id] = (session.revision, kept[-1][1])
         return len(kept)
+
+    def last_message_id(self, session_id: str) -> str | None:
+        """The id of the session's newest message (the highest seq); None when it has none."""
+        session = self.session(session_id)
+        if session is None or session.last_position is None:
+            return None
+        cached = self._heads.get(session_id)
+        if cached is not None and cached[0] == session.revision:
+            return cached[1]
+        # The newest message is the last context item unless a summary replaced it: look there first, where the
+        # zone maps on seq skip every other row group.
+        rows = self._db.execute("SELECT id FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq DESC LIMIT 1",
+                                [session_id, session.last_position]).fetchall()
+        if not rows:
+            rows = self._db.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                                    [session_id]).fetchall()
+        if not rows:
+            return None
+        self._heads[session_id] = (session.revision, rows[0][0])
+        return str(rows[0][0])
 
     @staticmethod
     def _insert_messages(session_id: str, fresh: list[tuple[str, MessageRow, bool]], seqs: list[int],

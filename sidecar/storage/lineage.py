@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
+from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
@@ -122,12 +122,21 @@ class LineageQueries:
              *[bound for span in spans for bound in span]]).fetchall()
         return list(map(SourceMessage._make, rows))
 
+    def agent_compactions(self, session_id: str) -> list[AgentCompactionRow]:
+        """The compactions the session's agent made itself, oldest first."""
+        rows = self._db.execute(
+            "SELECT summary_id, compaction_id, source, trigger, text, recorded_at FROM agent_compactions "
+            "WHERE session_id = ? ORDER BY recorded_at", [session_id]).fetchall()
+        return [AgentCompactionRow(*row) for row in rows]
+
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
                          sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
-                         added: Sequence[tuple[int, str, int]], pruned: tuple[int, int, int] | None = None) -> None:
+                         added: Sequence[tuple[int, str, int]], pruned: tuple[int, int, int] | None = None,
+                         agent: AgentCompactionRow | None = None) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
 
-        ``pruned`` (frontier, count, raw tokens) sets the prune frontier in the same rewrite.
+        ``pruned`` (frontier, count, raw tokens) sets the prune frontier in the same rewrite; ``agent`` records the
+        agent's own compaction that the summary stands for, in the same transaction.
 
         ``sources`` are (summary id, its sources in order as (kind, id)); ``added`` are (position, summary
         id, tokens) of the summary items that take the replaced items' place. Fails, changing nothing, when
@@ -151,13 +160,13 @@ class LineageQueries:
             live_count=0)
         if pruned is not None:
             after = attrs.evolve(after, pruned_upto=pruned[0], pruned_count=pruned[1], pruned_tokens=pruned[2])
-        self._apply(session, after, summaries, sources, replaced, added)
+        self._apply(session, after, summaries, sources, replaced, added, agent)
         self._sessions[session_id] = after
         self._anchors.pop(session_id, None)
 
     def _apply(self, session: SessionRow, after: SessionRow, summaries: Sequence[SummaryRow],
                sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
-               added: Sequence[tuple[int, str, int]]) -> None:
+               added: Sequence[tuple[int, str, int]], agent: AgentCompactionRow | None = None) -> None:
         """apply_compaction's transaction."""
         session_id, now = session.session_id, after.updated_at
         kept_list = [list(replaced.kept)] if replaced.kept else []
@@ -211,6 +220,10 @@ class LineageQueries:
                     [session_id, [summary_id for summary_id, _ in sources],
                      [[kind for kind, _ in items] for _, items in sources],
                      [[ref for _, ref in items] for _, items in sources]]).fetchall()
+            if agent is not None:
+                self._db.execute("INSERT INTO agent_compactions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 [session_id, agent.summary_id, agent.compaction_id, agent.source, agent.trigger,
+                                  agent.text, agent.recorded_at]).fetchall()
             # With no live messages left, the stored row is the whole session again: written from memory,
             # which counts exactly what the database holds, since this process is its only writer.
             self._db.execute(

@@ -57,3 +57,4 @@ class MergeFiles:
         yield f"INSERT INTO summaries BY NAME SELECT * FROM {_ALIAS}.summaries {chosen}"
         yield f"INSERT INTO summary_sources BY NAME SELECT * FROM {_ALIAS}.summary_sources {chosen}"
         yield f"INSERT INTO message_sources BY NAME SELECT * FROM {_ALIAS}.message_sources {chosen}"
+        yield f"INSERT INTO agent_compactions BY NAME SELECT * FROM {_ALIAS}.agent_compactions {chosen}"

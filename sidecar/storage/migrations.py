@@ -163,6 +163,27 @@ def m007_prune_frontier(db: duckdb.DuckDBPyConnection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN pruned_tokens BIGINT NOT NULL DEFAULT 0")
 
 
+def m008_agent_compactions(db: duckdb.DuckDBPyConnection) -> None:
+    """Compactions agents made themselves (memory/recordCompaction, or found in a transcript), each once.
+
+    ``text`` is the summary with whitespace folded, so a second record of the same compaction is recognised by its
+    words when it comes without the agent's id (or wrapped, as Claude Code's transcript wraps its summary).
+    """
+    db.execute(
+        """
+        CREATE TABLE agent_compactions (
+            session_id VARCHAR NOT NULL,
+            summary_id VARCHAR NOT NULL,
+            compaction_id VARCHAR,
+            source VARCHAR NOT NULL,
+            trigger VARCHAR,
+            text VARCHAR NOT NULL,
+            recorded_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
@@ -171,4 +192,5 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("005_message_sources", m005_message_sources),
     ("006_session_workspace", m006_session_workspace),
     ("007_prune_frontier", m007_prune_frontier),
+    ("008_agent_compactions", m008_agent_compactions),
 ]

@@ -27,6 +27,9 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude -- ARGS
+  status    the running proxy's figures per session (GET /stats)
+  proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
@@ -36,6 +39,10 @@ socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context
 context-sidecar on that file relays its stdio to the host, so editors and agents see the same sessions.
 --no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
 is never shared.
+
+Logs: stderr, or --log-file. Through a host, the host also writes the lines of your connection (at your -v)
+to your --log-file, marked [host]; its own log is <hash>.log beside its socket, removed when it exits
+without an error.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
 DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
@@ -120,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--compare-prune-off", action="store_true",
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
+
+    from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
+
+    add_proxy(commands, in_command)
+    from sidecar.tools.wrap_command import add_command as add_wrap
+
+    add_wrap(commands, in_command)
+    from sidecar.tools.status_command import add_command as add_status
+
+    add_status(commands)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -243,6 +260,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.tools.setup import run_setup
 
         return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
+    if args.command == "proxy":
+        from sidecar.tools.proxy_command import ProxyOptions, run_proxy
+
+        return run_proxy(ProxyOptions.from_args(args))
+    if args.command == "wrap":
+        from sidecar.tools.proxy_command import ProxyOptions as WrapOptions
+        from sidecar.tools.wrap_command import default_log, run_wrap
+
+        if not args.log_file:
+            default_log().parent.mkdir(parents=True, exist_ok=True)
+            configure_logging(args.verbose, str(default_log()))
+        given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
+        return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
+    if args.command == "status":
+        from sidecar.tools.status_command import run_status
+
+        return run_status(args.port, args.json)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")
@@ -268,8 +302,9 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
         if wanted is not None and wanted[2] and wanted[0] != ":memory:":
             from sidecar.rpc import relay
 
-            log_args = ["-v" * verbose] if verbose else []
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id)
+            log_args = ["-" + "v" * verbose] if verbose else []
+            log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
             if code is not None:
                 return code
         early_start.preload()

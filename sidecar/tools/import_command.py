@@ -8,11 +8,13 @@ import re
 import signal
 import sys
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sidecar.client import SidecarRequestError
+from protocol.types import ImportResult
+from sidecar.agents.follow import Follower, NothingYet, Step, nothing_yet
+from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.tools import plural, report_error, say, spawn_server, usage_text
-from sidecar.tools.follow import Follower, Step
 
 # Importing stores history; compacting it is for the next agent or editor session that uses it.
 SETTINGS = {"compaction": {"auto": False}}
@@ -66,13 +68,27 @@ async def _follow(path: Path, db: str | None, session: str | None, fmt: str) -> 
     stop = asyncio.Event()
     async with client:
         await client.sessions()  # opens the database now, so the first entry is not kept waiting for it
-        follower = Follower(client, path, session, fmt)
+        follower = Follower(client_importer(client), path, session, fmt)
         say(f"context-sidecar import: following {path} (Ctrl-C stops)")
         say(f"  storage: {client.capabilities.get('storage')}")
         _stop_on_ctrl_c(stop)
         await follower.run(lambda step: _report(follower, step), stop=stop)
     say("context-sidecar import: stopped")
     return 0
+
+
+def client_importer(client: SidecarClient) -> Callable[[Path, str | None, str], Awaitable[ImportResult]]:
+    """The follower's import through a client's ``memory/import``."""
+
+    async def run(path: Path, session: str | None, fmt: str) -> ImportResult:
+        try:
+            return await client.import_transcript(str(path), session, fmt, follow=True)
+        except SidecarRequestError as error:
+            if nothing_yet(error.message):
+                raise NothingYet(error.message) from None
+            raise
+
+    return run
 
 
 def _stop_on_ctrl_c(stop: asyncio.Event) -> None:

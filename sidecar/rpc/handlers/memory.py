@@ -19,7 +19,7 @@ from protocol.types import (
     SessionsParams,
 )
 from sidecar.rpc.server import SidecarServer
-from sidecar.services import memory
+from sidecar.services import memory, transcripts
 from sidecar.services.errors import SidecarError
 from sidecar.wire import unstructure
 
@@ -36,9 +36,13 @@ def setup(server: SidecarServer) -> None:
 
     @server.feature(methods.MEMORY_IMPORT)
     async def import_transcript(ls: SidecarServer, params: ImportParams) -> Any:
-        result = memory.import_transcript(ls.sidecar, params)
+        stored = transcripts.import_transcript(ls.sidecar, params)
+        result = stored.result
         ls.settle_later()
         ls.session_changed(result.session_id, result.usage)
+        if stored.compactions and ls.compactions is not None:
+            result.compactions = await transcripts.record_found(ls.compactions, stored.compactions)
+            result.usage = ls.sidecar.usage(ls.sidecar.session(result.session_id))
         return unstructure(result)
 
     @server.feature(methods.MEMORY_PIN)

@@ -37,7 +37,7 @@ from sidecar.engine.footer import carried_footer
 from sidecar.engine.rules import footer_rules
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
-from sidecar.rows import ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
+from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
 from sidecar.services.memory import iso
 from sidecar.services.state import Sidecar
 from sidecar.storage.lineage import Replaced
@@ -111,6 +111,8 @@ class Compaction:
         self.new_summaries: list[SummaryRow] = []
         self.sources: list[tuple[str, list[tuple[str, str]]]] = []
         """Per new summary: what it replaced, in order, as (kind, id)."""
+        self.summarizer_name = summarizer.name
+        """What new summaries record as their summarizer (an agent's name for its own compaction)."""
         self.calls = 0
         self.db_seconds = 0.0
         self.done = 0
@@ -183,6 +185,32 @@ class Compaction:
         after = self._db(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
         outcome = self._outcome(True, before, after, rounds, None, handoff)
+        outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
+        return outcome
+
+    async def record(self, agent: AgentCompactionRow, summary: str, upto: int | None,
+                     tokens_before: int | None = None) -> Outcome:
+        """An agent's own compaction: its summary, as a handoff summary, replaces every item up to position ``upto``
+        (the whole context when None) but system and pinned messages.
+
+        No savings check: the agent has compacted already, and the session mirrors its context.
+        """
+        session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
+        before = tokens_before if tokens_before is not None else \
+            self._db(lambda: self.sidecar.estimated_tokens(session))
+        self.mode, self.summarizer_name = "handoff", agent.source
+        replaced = [i for i, node in enumerate(self.nodes)
+                    if (upto is None or node.position <= upto) and not node.anchored]
+        if not replaced:
+            return self._outcome(False, before, before, 0, "nothing to replace: the session holds no message "
+                                 "before the compaction but system or pinned ones")
+        self._load_messages(replaced)
+        depth = max((self.nodes[i].depth + 1 for i in replaced if self.nodes[i].kind == "summary"), default=0)
+        self._replace([replaced], [("handoff", summary.strip(), depth)])
+        self._keep_newly_anchored()
+        self._apply(attrs.evolve(agent, summary_id=self.new_summaries[0].id))
+        after = self._db(self._tokens_after)
+        outcome = self._outcome(True, before, after, 1, None, self.new_summaries[0].content)
         outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
         return outcome
 
@@ -434,7 +462,7 @@ class Compaction:
         row = SummaryRow(id=summary_id, kind=kind, depth=depth, content=content, tokens=tokens,
                          source_tokens=sum(node.tokens for node in members),
                          message_count=sum(s.messages for s in stats), earliest_at=earliest, latest_at=latest,
-                         summarizer=self.summarizer.name, created_at=utcnow(), rules=rules, rules_left_out=left_out)
+                         summarizer=self.summarizer_name, created_at=utcnow(), rules=rules, rules_left_out=left_out)
         self.new_summaries.append(row)
         self._remember(row)
         self.sources.append((summary_id, [(node.kind, node.ref_id) for node in members]))
@@ -471,7 +499,7 @@ class Compaction:
             nodes += [attrs.evolve(fresh[p], anchored=True) for p in covered if p in fresh]
         self.nodes = sorted(nodes, key=lambda node: node.position)
 
-    def _apply(self) -> None:
+    def _apply(self, agent: AgentCompactionRow | None = None) -> None:
         new_ids = {s.id for s in self.new_summaries}
         # New summaries sit at the position of the first item they replace, so every stored position
         # not held by a surviving stored item was replaced.
@@ -489,7 +517,7 @@ class Compaction:
         pruned = self._prune_frontier(rule)
         store = self.sidecar.store()
         self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added,
-                                                pruned))
+                                                pruned, agent))
 
     def _prune_frontier(self, rule: PruneRule) -> tuple[int, int, int]:
         """The prune step this rewrite takes along (any amount: the prompt changes anyway), as (frontier, count,

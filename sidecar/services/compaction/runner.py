@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol import errors as codes
 from protocol import methods
-from protocol.types import CompactParams, CompactResult, DidCompactParams, Usage, WillCompactParams
+from protocol.types import (
+    CompactParams,
+    CompactResult,
+    DidCompactParams,
+    RecordCompactionParams,
+    RecordCompactionResult,
+    Usage,
+    WillCompactParams,
+)
 from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
 from sidecar.summarizers.base import Summarizer, SummarizerError
@@ -157,6 +165,57 @@ class CompactionRunner:
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
                 tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
         return self._result(session_id, outcome)
+
+    async def record(self, params: RecordCompactionParams, upto: int | None = None) -> RecordCompactionResult:
+        """Store a compaction the agent made itself (memory/recordCompaction, or one found in its transcript).
+
+        Its summary becomes a handoff summary, summarized by ``params.source``, in place of the context up to position
+        ``upto`` (all of it when None); announced with context/didCompact and its ``source``. Recorded once: a record
+        with the id or the text of one recorded before changes nothing.
+        """
+        from sidecar.rows import AgentCompactionRow, utcnow
+        from sidecar.services.compaction import recorded
+        from sidecar.services.compaction.engine import Compaction
+
+        recorded.check(params)
+        session_id = params.session_id
+        self.sidecar.session(session_id)
+        text = recorded.fold(params.summary)
+        found = recorded.recorded_before(self.sidecar.store().agent_compactions(session_id), params.id, text)
+        if found is not None:
+            return self._recorded(session_id, False, found.summary_id, "this compaction is recorded already")
+        if session_id in self.sidecar.compacting:
+            raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
+                               "record this one after it")
+        self.sidecar.compacting.add(session_id)
+        try:
+            compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
+            session = compaction.load()
+            before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
+            row = AgentCompactionRow(summary_id="", compaction_id=params.id, source=params.source.strip(),
+                                     trigger=params.trigger, text=text, recorded_at=utcnow())
+            try:
+                outcome = await compaction.record(row, params.summary, upto, before)
+            except StorageFailure as error:
+                raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
+        finally:
+            self.sidecar.compacting.discard(session_id)
+            self._push_usage(session_id)
+        if not outcome.compacted:
+            return self._recorded(session_id, False, None, outcome.reason)
+        log.info("%s's own compaction of %s recorded: %d -> %d tokens", row.source, session_id,
+                 outcome.tokens_before, outcome.tokens_after)
+        self.server.settle_later()
+        self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            session_id=session_id, mode="handoff", trigger=params.trigger or "manual", summary_ids=outcome.summary_ids,
+            tokens_before=outcome.tokens_before, tokens_after=outcome.tokens_after,
+            tokens_rewritten=outcome.tokens_rewritten, source=row.source)))
+        return self._recorded(session_id, True, outcome.summary_ids[0], None)
+
+    def _recorded(self, session_id: str, recorded: bool, summary_id: str | None, reason: str | None
+                  ) -> RecordCompactionResult:
+        usage = self.sidecar.usage(self.sidecar.session(session_id))
+        return RecordCompactionResult(recorded=recorded, summary_id=summary_id, usage=usage, reason=reason)
 
     @staticmethod
     async def _openai_imported() -> None:

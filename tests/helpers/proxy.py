@@ -1,0 +1,108 @@
+"""Running `context-sidecar proxy` as a subprocess in front of a fake provider, and reading what it forwarded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from sidecar.client import SidecarClient
+
+LISTENING = re.compile(rb"listening on (http://127\.0\.0\.1:\d+)")
+MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
+
+
+@attrs.define
+class RunningProxy:
+    """A proxy process, its URL and database."""
+
+    url: str
+    db: Path
+    log: Path
+    process: asyncio.subprocess.Process
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8") if self.log.exists() else ""
+
+
+@contextlib.asynccontextmanager
+async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] | None = None,
+                        args: tuple[str, ...] = ()) -> AsyncIterator[RunningProxy]:
+    """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin), stopped with SIGINT."""
+    db = tmp_path / "proxy.duckdb"
+    log = tmp_path / "proxy.log"
+    argv = [sys.executable, "-m", "sidecar", "proxy", "--port", "0", "--db", str(db), "--log-file", str(log), "-v",
+            "--anthropic-upstream", upstream, "--openai-upstream", f"{upstream}/v1", *args]
+    if settings is not None:
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps(settings))
+        argv += ["--settings", str(path)]
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    process = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE, env=env)
+    assert process.stderr is not None
+    try:
+        line = await asyncio.wait_for(process.stderr.readline(), 60)
+        found = LISTENING.search(line)
+        assert found, f"the proxy did not start: {line!r} {await process.stderr.read()!r}"
+        yield RunningProxy(found.group(1).decode(), db, log, process)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def reader(db: Path) -> AsyncIterator[SidecarClient]:
+    """A client on the proxy's database (through its shared host), to see what was stored."""
+    client = await SidecarClient.spawn(db=str(db))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def messages_of(raw: bytes, key: str = "messages") -> list[str]:
+    """The JSON text of each message (``key``'s elements) of a forwarded body, cache markers taken out."""
+    from sidecar.proxy.jsontext import array_elements, object_members
+
+    text = raw.decode()
+    _, spans, _ = object_members(text)
+    elements, _, _ = array_elements(text, spans[key][0])
+    return [MARKER.sub("", text[start:end]) for start, end in elements]
+
+
+def markers(raw: bytes) -> int:
+    """Cache markers in a body."""
+    return raw.decode().count('"cache_control"')
+
+
+def unpaired_tool_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """Tool calls without their results right after, and results without their call right before (Anthropic)."""
+    problems = []
+    for index, message in enumerate(messages):
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        calls = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+        if calls:
+            following = messages[index + 1]["content"] if index + 1 < len(messages) else []
+            answered = {b.get("tool_use_id") for b in following if isinstance(b, dict)} if isinstance(following,
+                                                                                                     list) else set()
+            problems += [f"call {c} at {index} unanswered" for c in calls - answered]
+        results = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        if results:
+            before = messages[index - 1]["content"] if index else []
+            made = {b.get("id") for b in before if isinstance(b, dict)} if isinstance(before, list) else set()
+            problems += [f"result {r} at {index} without its call" for r in results - made]
+    return problems

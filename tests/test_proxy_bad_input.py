@@ -1,0 +1,133 @@
+"""What the proxy does with bad input: bodies, unknown models, a dead upstream, clients that leave, races, edits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import anthropic
+import httpx2
+import pytest
+
+from sidecar.testing.provider import FakeProvider
+from sidecar.testing.replies import Reply
+from tests.helpers.proxy import reader, running_proxy
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"{not json", "not valid JSON"),
+    (b'{"model": "m", "max_tokens": 5}', "messages: field required"),
+    (b'{"model": "m", "max_tokens": 5, "messages": {"role": "user"}}', "messages: Input should be a valid list"),
+    (b'{"model": "m", "max_tokens": 5, "messages": [{"role": "robot", "content": "x"}]}', "messages.0.role"),
+    (b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [1]}]}', "messages.0.content.0"),
+])
+async def test_a_body_the_api_would_refuse_gets_its_400_and_nothing_is_stored(tmp_path: Path, body: bytes,
+                                                                           says: str) -> None:
+    with FakeProvider() as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            response = httpx2.post(f"{proxy.url}/v1/messages", content=body,
+                                   headers={"content-type": "application/json", "x-context-sidecar-session": "bad"})
+            async with reader(proxy.db) as sidecar:
+                listed = await sidecar.sessions()
+    assert response.status_code == 400
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert says in error["error"]["message"]
+    assert listed.sessions == [] and fake.model_requests == []
+
+
+async def test_a_model_with_an_unknown_window_uses_the_settings_window_and_says_so(tmp_path: Path) -> None:
+    with FakeProvider() as fake:
+        async with running_proxy(tmp_path, fake.url, {"contextWindow": 50000}) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            await client.messages.create(model="claude-from-the-future", max_tokens=5, messages=[user("hi")])
+            log = proxy.log_text()
+    assert "model 'claude-from-the-future': context window unknown; using contextWindow 50000" in log
+
+
+async def test_an_upstream_that_is_down_is_a_502_in_the_provider_s_shape(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"  # bound, never listening: connections are refused
+        async with running_proxy(tmp_path, dead) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            with pytest.raises(anthropic.APIStatusError) as caught:
+                await client.messages.create(model="m", max_tokens=5, messages=[user("hi")])
+    assert caught.value.status_code == 502
+    assert caught.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    assert "unreachable" in caught.value.body["error"]["message"]  # type: ignore[index]
+
+
+async def test_a_client_that_leaves_mid_stream_leaves_no_answer_stored(tmp_path: Path) -> None:
+    with FakeProvider() as fake:
+        fake.script(Reply(text="slowly <<partial>> " * 40, chunk_delay=0.05), Reply(text="second answer"))
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [user("first")]}
+            headers = {"x-context-sidecar-session": "left"}
+            async with httpx2.AsyncClient() as http, http.stream("POST", f"{proxy.url}/v1/messages", json=body,
+                                                                  headers=headers) as response:
+                async for chunk in response.aiter_raw():
+                    if b"<<partial>>" in chunk:
+                        break  # leaves with the answer half read
+            await asyncio.to_thread(fake.wait_for, count=1)
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            reply = await client.messages.create(model="m", max_tokens=5, messages=[user("first")],
+                                                 extra_headers=headers)
+            async with reader(proxy.db) as sidecar:
+                partial = await sidecar.grep("left", "<<partial>>", scope="messages")
+                second = await sidecar.grep("left", "second answer", scope="messages")
+    assert reply.content[0].text == "second answer"  # type: ignore[union-attr]
+    assert partial.matches == [] and len(second.matches) == 1
+
+
+async def test_two_agents_on_one_session_id_at_once_each_get_their_own_conversation(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "ok") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            headers = {"x-context-sidecar-session": "shared"}
+
+            async def agent(name: str) -> None:
+                history = [user(f"<<{name}-0>> the opening")]
+                for step in range(1, 4):
+                    reply = await client.messages.create(model="m", max_tokens=5, messages=history,
+                                                         extra_headers=headers)
+                    history += [{"role": "assistant", "content": reply.content[0].text},  # type: ignore[union-attr]
+                                user(f"<<{name}-{step}>> more")]
+
+            await asyncio.gather(agent("one"), agent("two"))
+            async with reader(proxy.db) as sidecar:
+                sessions = {s.session_id: s.messages for s in (await sidecar.sessions()).sessions}
+    for request in fake.model_requests:
+        text = json.dumps(request.body["messages"])
+        assert ("<<one-" in text) != ("<<two-" in text), "a request mixed both agents' conversations"
+    assert sorted(sessions.values()) == [6, 6] and "shared" in sessions  # 3 asks and 3 answers each
+
+
+async def test_an_edited_history_is_stored_as_a_new_branch_and_the_old_one_kept(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "answer") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            headers = {"x-context-sidecar-session": "edited"}
+            first = [user("<<opening>>")]
+            await client.messages.create(model="m", max_tokens=5, messages=first, extra_headers=headers)
+            kept = [*first, {"role": "assistant", "content": "answer"}, user("<<original ask>>")]
+            await client.messages.create(model="m", max_tokens=5, messages=kept, extra_headers=headers)
+            edited = [*first, {"role": "assistant", "content": "answer"}, user("<<edited ask>>")]
+            await client.messages.create(model="m", max_tokens=5, messages=edited, extra_headers=headers)
+            await client.messages.create(model="m", max_tokens=5, messages=first, extra_headers=headers)  # rewound
+            async with reader(proxy.db) as sidecar:
+                sessions = [s.session_id for s in (await sidecar.sessions()).sessions]
+                original = await sidecar.grep("edited", "<<original ask>>", scope="messages")
+                branches = [s for s in sessions if s.startswith("edited~")]
+                found = [await sidecar.grep(b, "<<edited ask>>", scope="messages") for b in branches]
+    forwarded = [json.dumps(r.body["messages"]) for r in fake.model_requests]
+    assert "<<edited ask>>" in forwarded[2] and "<<original ask>>" not in forwarded[2]
+    assert "<<original ask>>" not in forwarded[3] and "<<edited ask>>" not in forwarded[3]
+    assert len(original.matches) == 1  # the old branch is still there, untouched
+    assert sum(len(f.matches) for f in found) == 1
