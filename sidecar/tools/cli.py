@@ -289,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(db: str | None, client_process_id: int | None, share: bool = True, verbose: int = 0,
           log_file: str | None = None) -> int:
     """Serve the protocol on stdio until ``exit``, relaying to the database's host when it is shared."""
+    from sidecar.config.sockets import database_key
     from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
@@ -304,11 +305,18 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
 
             log_args = ["-" + "v" * verbose] if verbose else []
             log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
+
+            def answer() -> tuple[Any, Any] | None:
+                # As the host will: it names the database by its real path.
+                early_start.answer(early, stdout, database_key(wanted[0]))
+                return (early.frames[0].message["id"], early.answered) if early.answered is not None else None
+
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to, answer)
             if code is not None:
                 return code
         early_start.preload()
-        early = early_start.answer(early, stdout, db)
+        if early.answered is None:
+            early = early_start.answer(early, stdout, db)
 
     from sidecar.rpc.handlers import setup  # waits for the thread importing it
     from sidecar.rpc.server import SidecarServer

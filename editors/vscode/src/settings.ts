@@ -39,6 +39,7 @@ export const PROTOCOL_SETTING_KEYS = [
   'llm.maxCallsPerMinute',
   'llm.contextWindow',
   'models',
+  'agents.transcriptDirectories',
 ] as const;
 
 /** Protocol settings the server reads only at start: changing one restarts it. */
