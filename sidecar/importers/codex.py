@@ -33,6 +33,8 @@ _SILENT_ITEMS = {
 }
 _ROLES = {"user": "user", "assistant": "assistant", "developer": "system", "system": "system"}
 _INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")
+# Codex hands its summary on behind this preface (its SUMMARY_PREFIX); the summary is what follows it.
+_SUMMARY_PREFACE = re.compile(r"^Another language model started to solve this problem.*?analysis:[ \t]*\n", re.DOTALL)
 # How exec outputs state their exit code: "Exit code: 1" (0.4x and later), "Process exited with code 1".
 _EXIT_CODE = re.compile(r"^(?:Exit code:|Process exited with code)\s*(-?\d+)", re.MULTILINE)
 
@@ -105,8 +107,8 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
     elif kind == "compacted":
         summary = payload.get("message")
         if isinstance(summary, str) and summary.strip():
-            state.compactions.append(AgentCompaction(id=stable_id(SOURCE, lineno, raw), summary=summary.strip(),
-                                                     line=lineno))
+            text = _SUMMARY_PREFACE.sub("", summary, count=1).strip() or summary.strip()
+            state.compactions.append(AgentCompaction(id=stable_id(SOURCE, lineno, raw), summary=text, line=lineno))
         else:
             state.skipped.append(f"line {lineno}: compacted line without a summary message")
     elif kind == "event_msg" and payload.get("type") == "token_count":

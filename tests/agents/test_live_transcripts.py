@@ -82,6 +82,20 @@ async def test_a_codex_rollout_is_found_by_its_session_meta(sidecar: SidecarClie
     assert (await sidecar.grep(session, "HERON code 5512")).matches
 
 
+async def test_codexs_own_automatic_compaction_is_recorded(sidecar: SidecarClient, codex: Codex,
+                                                           agent_world: AgentWorld) -> None:
+    codex.config = {"model_auto_compact_token_limit": 50}  # Codex compacts before its next turn
+    await watch(sidecar, agent_world, {"CODEX_HOME": str(codex.home)})
+    (await asyncio.to_thread(codex.run, "Remember the WALRUS code 4471.")).check()
+    compacted = sidecar.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=WAIT)
+    (await asyncio.to_thread(codex.run, "And what next?", "resume", "--last")).check()
+    event = await compacted
+    assert event.source == "codex"
+    described = await sidecar.describe(event.session_id, event.summary_ids[0])
+    assert described.content.startswith(SUMMARY)  # Codex's own preface to the summary is taken off
+    assert (await sidecar.grep(event.session_id, "WALRUS code 4471", scope="messages")).matches
+
+
 async def test_a_pi_session_is_found_in_its_session_directory(sidecar: SidecarClient, pi: Pi,
                                                               agent_world: AgentWorld) -> None:
     await watch(sidecar, agent_world, {"PI_CODING_AGENT_DIR": str(pi.dir)})
