@@ -7,6 +7,7 @@ own session ids and searchable; Claude Code's own /compact is recorded with its 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,23 @@ async def test_a_pi_session_is_found_in_its_session_directory(sidecar: SidecarCl
     assert (await sidecar.grep(session, "PELICAN code 6623")).matches
     assert [path.parent.name for path in pi.sessions()] == ["--" + str(agent_world.workspace).strip("/")
                                                             .replace("/", "-") + "--"]
+
+
+async def test_pis_own_compact_is_recorded_keeping_what_pi_kept(sidecar: SidecarClient, pi: Pi,
+                                                                agent_world: AgentWorld) -> None:
+    pi.dir.mkdir(parents=True, exist_ok=True)  # pi keeps only the last turn verbatim when it compacts
+    (pi.dir / "settings.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 10}}), encoding="utf-8")
+    await watch(sidecar, agent_world, {"PI_CODING_AGENT_DIR": str(pi.dir)})
+    compacted = sidecar.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=WAIT)
+    with pi.rpc() as rpc:
+        for turn in range(3):
+            await asyncio.to_thread(rpc.prompt, f"Turn {turn}: remember the PELICAN code 66{turn}.")
+        await asyncio.to_thread(rpc.request, {"type": "compact"})
+    event = await compacted
+    assert event.source == "pi"
+    described = await sidecar.describe(event.session_id, event.summary_ids[0])
+    assert described.content.startswith(SUMMARY)
+    entry = next(json.loads(line) for path in pi.sessions() for line in path.read_text().splitlines()
+                 if json.loads(line).get("type") == "compaction")
+    kept = [item.id for item in (await sidecar.assemble(event.session_id)).items][1:]
+    assert kept[0] == entry["firstKeptEntryId"]  # what pi kept verbatim after its summary stays a message
