@@ -405,3 +405,22 @@ async def test_a_session_deleted_while_followed_is_stored_again_whole_at_its_nex
     writer.user("after the delete")  # the transcript still holds the whole session: a window would store a part
     await again
     assert (await client.grep("cc-deleted", "Turn 0")).matches
+
+
+async def test_a_transcript_that_is_no_transcript_waits_and_the_others_are_followed(
+        client: SidecarClient, agents: Agents) -> None:
+    good = agents.claude("cc-good")
+    good.user("a real session")
+    garbage = good.path.with_name("garbage.jsonl")
+    garbage.write_bytes(b"\x00\xff not json at all\n{\"neither\": \"this\"}\n")
+    os.utime(garbage, (os.stat(good.path).st_mtime + 60,) * 2)  # looked at first
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "cc-good")
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    watched = await client.watch(str(agents.workspace), env=agents.env)
+    states = {Path(t.path).name: (t.state, t.problem or "") for t in watched.transcripts}
+    assert states["cc-good.jsonl"] == ("following", "")
+    state, problem = states["garbage.jsonl"]
+    assert state == "waiting" and "cannot tell the transcript format" in problem
+    assert [s.session_id for s in (await client.sessions()).sessions] == ["cc-good"]

@@ -172,8 +172,8 @@ class WatchService:
                 continue
             state = "error" if tail.problem else "skipped" if tail.skipped else "waiting" if tail.follower.waiting \
                 else "following" if tail.imported else "queued"
-            states.append(WatchedTranscript(path=str(path), agent=agent, state=state,
-                                            session_id=tail.follower.session, problem=tail.problem or tail.skipped))
+            states.append(WatchedTranscript(path=str(path), agent=agent, state=state, session_id=tail.follower.session,
+                                            problem=tail.problem or tail.skipped or tail.follower.waiting))
         directories = [WatchedDirectory(path=str(state.source.path), agent=state.source.agent, exists=state.exists,
                                         problem=state.problem) for state in watch.scanner.states]
         return WatchResult(workspace=watch.key[0], watching=True, transcripts=states, directories=directories,
