@@ -34,8 +34,12 @@ def env_for(runtime: Path) -> dict[str, str]:
 
 
 async def spawn(db: Path, runtime: Path, **kwargs: Any) -> SidecarClient:
+    """A client, attached: the first one answers initialize before its host listens, so one more round trip."""
     settings = {"storage": {"path": str(db)}, **kwargs.pop("settings", {})}
-    return await SidecarClient.spawn(settings=settings, env=env_for(runtime), timeout=WAIT, **kwargs)
+    client = await SidecarClient.spawn(settings=settings, env=env_for(runtime), timeout=WAIT, **kwargs)
+    with contextlib.suppress(SidecarRequestError):
+        await client.sessions()
+    return client
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,8 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
+  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude -- ARGS
+  status    the running proxy's figures per session (GET /stats)
   proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
@@ -131,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
 
     add_proxy(commands, in_command)
+    from sidecar.tools.wrap_command import add_command as add_wrap
+
+    add_wrap(commands, in_command)
+    from sidecar.tools.status_command import add_command as add_status
+
+    add_status(commands)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -272,6 +280,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sidecar.tools.proxy_command import ProxyOptions, run_proxy
 
         return run_proxy(ProxyOptions.from_args(args))
+    if args.command == "wrap":
+        from sidecar.tools.proxy_command import ProxyOptions as WrapOptions
+        from sidecar.tools.wrap_command import default_log, run_wrap
+
+        if not args.log_file:
+            default_log().parent.mkdir(parents=True, exist_ok=True)
+            configure_logging(args.verbose, str(default_log()))
+        given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
+        return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
+    if args.command == "status":
+        from sidecar.tools.status_command import run_status
+
+        return run_status(args.port, args.json)
     if args.command == "host":
         if not args.db:
             build_parser().error("host needs --db")
@@ -284,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(db: str | None, client_process_id: int | None, share: bool = True, verbose: int = 0,
           log_file: str | None = None) -> int:
     """Serve the protocol on stdio until ``exit``, relaying to the database's host when it is shared."""
+    from sidecar.config.sockets import database_key
     from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
@@ -299,11 +321,18 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
 
             log_args = ["-" + "v" * verbose] if verbose else []
             log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
+
+            def answer() -> tuple[Any, Any] | None:
+                # As the host will: it names the database by its real path.
+                early_start.answer(early, stdout, database_key(wanted[0]))
+                return (early.frames[0].message["id"], early.answered) if early.answered is not None else None
+
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to, answer)
             if code is not None:
                 return code
         early_start.preload()
-        early = early_start.answer(early, stdout, db)
+        if early.answered is None:
+            early = early_start.answer(early, stdout, db)
 
     from sidecar.rpc.handlers import setup  # waits for the thread importing it
     from sidecar.rpc.server import SidecarServer

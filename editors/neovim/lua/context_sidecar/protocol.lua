@@ -46,9 +46,11 @@ M.errors = {
   ID_NOT_FOUND = -32004,
   SUMMARIZER_FAILED = -32010,
   COMPACTION_RUNNING = -32011,
+  CONVERSATION_MOVED = -32012,
   STORAGE_LOCKED = -32020,
   STORAGE_ERROR = -32021,
   HOST_CONNECTION_LOST = -32022,
+  CONVERSATION_MOVED = -32012,
 }
 
 ---@alias ContextSidecarUsageState 'ok'|'suggest'|'compact'|'compacting'|'overflow'

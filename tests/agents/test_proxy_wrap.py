@@ -1,0 +1,69 @@
+"""`context-sidecar wrap` runs the real Claude Code and Codex through the proxy, offline, against the fake provider.
+
+The shell commands compute their answer (``$((6*7))``), so only a tool that really ran can put it in the
+result; the session must then be in memory under the agent's own session id, its tool result stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from sidecar.client import SidecarClient
+from sidecar.testing import reference_policy
+from tests.agents.runners import Claude, Codex
+from tests.agents.world import AgentWorld
+
+COMPUTED = "echo wrapped-$((6*7))"
+
+
+def stored(world: AgentWorld, db: Path, session: str, text: str) -> tuple[list[str], int]:
+    """The database's session ids, and how many messages of ``session`` hold ``text`` (through its host)."""
+
+    async def read() -> tuple[list[str], int]:
+        client = await SidecarClient.spawn(db=str(db), env=world.env())  # the world's runtime dir: its host
+        try:
+            sessions = [s.session_id for s in (await client.sessions()).sessions]
+            found = await client.grep(session, text, scope="messages") if session in sessions else None
+            return sessions, len(found.matches) if found else 0
+        finally:
+            await client.close()
+
+    return asyncio.run(read())
+
+
+def test_wrap_claude_completes_a_tool_round_trip_through_the_proxy(claude: Claude, agent_world: AgentWorld,
+                                                                    tmp_path: Path) -> None:
+    agent_world.provider.responder = reference_policy(tool="Bash", arguments={"command": COMPUTED})
+    db = tmp_path / "wrap.duckdb"
+    env = {**claude.env(), "ANTHROPIC_BASE_URL": None,
+           "PATH": os.pathsep.join([str(claude.binary.parent), agent_world.env()["PATH"]])}
+    run = agent_world.run([agent_world.sidecar, "wrap", "--port", "0", "--db", db, "--log-file",
+                           tmp_path / "proxy.log", "--anthropic-upstream", agent_world.provider.url, "claude", "--",
+                           "-p", "USE_TOOL please", "--allowedTools", "Bash", "--output-format", "json"],
+                          env=env, parse=Claude._parse).check()
+    assert run.text == "FINAL: tool said: wrapped-42"
+    assert run.requests[-1].tool_result == "wrapped-42"
+    session = run.output["session_id"]
+    sessions, results = stored(agent_world, db, session, "wrapped-42")
+    assert session in sessions and results >= 1
+    assert "dummy" not in (tmp_path / "proxy.log").read_text()  # the API key is never logged
+
+
+def test_wrap_codex_completes_a_tool_round_trip_through_the_proxy(codex: Codex, agent_world: AgentWorld,
+                                                                   tmp_path: Path) -> None:
+    agent_world.provider.responder = reference_policy(tool="exec_command", arguments={"cmd": COMPUTED})
+    config = codex.write_config()
+    before = config.read_bytes()
+    db = tmp_path / "wrap.duckdb"
+    env = {**codex.env(), "PATH": os.pathsep.join([str(codex.binary.parent), agent_world.env()["PATH"]])}
+    run = agent_world.run([agent_world.sidecar, "wrap", "--port", "0", "--db", db, "--log-file",
+                           tmp_path / "proxy.log", "codex", "--", "exec", "--json", "--skip-git-repo-check",
+                           "USE_TOOL please"], env=env, parse=Codex._parse).check()
+    assert "wrapped-42" in (run.requests[-1].tool_result or "") and run.text.startswith("FINAL: tool said:")
+    assert config.read_bytes() == before  # the user's config.toml is not touched
+    thread = next(e["thread_id"] for e in run.output if e.get("type") == "thread.started")
+    assert run.requests[-1].headers.get("session-id") == thread
+    sessions, results = stored(agent_world, db, thread, "wrapped-42")
+    assert thread in sessions and results >= 1
