@@ -339,7 +339,8 @@ class WatchedTranscript:
     agent: str
     """claude-code, codex, pi, or the format found in a directory named by ``directories``."""
     state: str
-    """``following``: imported and followed; ``waiting``: nothing to import yet; ``error``: see ``problem``."""
+    """``queued``: found, not read yet; ``following``: imported and followed; ``waiting``: nothing to import yet;
+    ``skipped``: another client stores its session (``problem`` says which); ``error``: see ``problem``."""
     session_id: str | None = None
     problem: str | None = None
 

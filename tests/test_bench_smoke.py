@@ -33,6 +33,8 @@ FIGURES = [
                                                                             "relay_ratio")),
     "share_init_alone_ms", "share_init_first_ms", "share_init_warm_ms",
     "share_one_msgs_per_s", "share_eight_msgs_per_s", "share_eight_ratio", "share_recovery_s",
+    *(f"follow_{size}_{what}" for size in ("small", "5mb")
+      for what in ("import_s", "lag_p50_ms", "lag_max_ms", "cpu_ms", "others_p50_ms", "others_max_ms")),
 ]
 CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
          for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]

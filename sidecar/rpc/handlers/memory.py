@@ -41,7 +41,7 @@ def setup(server: SidecarServer) -> None:
         ls.settle_later()
         ls.session_changed(result.session_id, result.usage)
         if stored.compactions and ls.compactions is not None:
-            result.compactions = await transcripts.record_found(ls.compactions, stored.compactions)
+            result.compactions, _ = await transcripts.record_found(ls.compactions, stored.compactions)
             result.usage = ls.sidecar.usage(ls.sidecar.session(result.session_id))
         return unstructure(result)
 
