@@ -97,9 +97,14 @@ TARGETS: dict[str, tuple[str, float]] = {
     "share_eight_ratio": (">=", 0.8),
     "share_lost_messages": ("<=", 0),
     "share_recovery_s": ("<=", 2),
+    "follow_small_lag_p50_ms": ("<=", 1000),
+    "follow_small_lag_max_ms": ("<=", 1000),
+    "follow_5mb_lag_p50_ms": ("<=", 1000),
+    "follow_5mb_lag_max_ms": ("<=", 1000),
     "proxy_request_overhead_p50_ms": ("<=", 5),
     "proxy_ttfb_overhead_p50_ms": ("<=", 5),
     "proxy_pi_cost_ratio": ("<=", 1.0),
+    "mcp_tools_list_p50_ms": ("<=", 300),
 }
 
 
