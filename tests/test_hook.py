@@ -164,6 +164,7 @@ def test_a_missing_transcript_exits_0_with_one_line(tmp_path, workspace, runtime
     assert run.code == 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and f"no transcript at '{gone}'" in run.stderr
     assert "no transcript at" in log.read_text()
+    assert not (tmp_path / "m.duckdb").exists(), "checked before anything was started"
 
 
 def test_an_unreachable_host_exits_0_with_one_line(tmp_path, workspace, runtime):
@@ -175,3 +176,46 @@ def test_an_unreachable_host_exits_0_with_one_line(tmp_path, workspace, runtime)
     assert run.code == 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "open to other users" in run.stderr, run.stderr
     assert "open to other users" in log.read_text()
+
+
+def test_session_start_reads_what_pre_compact_stored(tmp_path, workspace, runtime):
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    assert hook(payload("PreCompact", workspace, path, trigger="auto"), db, runtime, log).stderr == ""
+    path.unlink()  # the session is in memory: the transcript is not read again
+    run = hook(payload("SessionStart", workspace, path, source="compact"), db, runtime, log)
+    assert run.stderr == "" and RULE in json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_session_start_of_a_session_nowhere_exits_0_with_one_line(tmp_path, workspace, runtime):
+    log = tmp_path / "hook.log"
+    run = hook(payload("SessionStart", workspace, tmp_path / "gone.jsonl", source="compact"), tmp_path / "m.duckdb",
+               runtime, log)
+    assert run.code == 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "session cc-sess is not in context-sidecar's memory" in run.stderr
+
+
+async def test_post_compact_records_claude_codes_summary_once(tmp_path, workspace, runtime):
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    summary = "The cart total is fixed; the tests are next."
+    for _ in range(2):  # the session is unknown at first: the transcript is imported, then the summary recorded
+        run = hook(payload("PostCompact", workspace, path, trigger="manual", compact_summary=summary), db, runtime,
+                   log)
+        assert (run.code, run.stdout, run.stderr) == (0, "", "")
+    async with await client_on(db, runtime) as client:
+        found = await client.grep(SESSION, "tests are next", scope="summaries")
+        [described] = [await client.describe(SESSION, match.id) for match in found.matches]
+    assert summary in str(described.content)
+    text = log.read_text()
+    assert "PostCompact: session cc-sess: Claude Code's summary recorded as" in text
+    assert "PostCompact: session cc-sess: Claude Code's summary already recorded as" in text
+
+
+def test_post_compact_without_a_summary_exits_0_with_one_line(tmp_path, workspace, runtime):
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    run = hook(payload("PostCompact", workspace, path, trigger="auto"), tmp_path / "m.duckdb", runtime,
+               tmp_path / "hook.log")
+    assert run.code == 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "malformed hook input: no compact_summary" in run.stderr
+    assert not (tmp_path / "m.duckdb").exists(), "checked before anything was started"

@@ -42,6 +42,9 @@ class Branch:
     messages: list[dict[str, Any]] = attrs.Factory(list)
     rendered: collections.OrderedDict[tuple[Any, ...], list[str]] = attrs.Factory(collections.OrderedDict)
     """Units rendered, by what they were rendered from."""
+    elements: list[str] = attrs.Factory(list)
+    """The previous context as rendered (before cache markers), and for each item its group's last element."""
+    ends: list[int] = attrs.Factory(list)
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
 
@@ -56,7 +59,7 @@ class Branch:
 
     def forget_prompt(self) -> None:
         """Ask for the whole context next time (after a rewrite or an error)."""
-        self.revision, self.items, self.messages = None, [], []
+        self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
 
 
 @attrs.define(eq=False)

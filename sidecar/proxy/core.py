@@ -203,7 +203,7 @@ class Proxy:
         budget = self.budget(request)
         for attempt in range(2):
             result = await self._assemble(branch, math.floor(budget / branch.scale))
-            elements, ends = await self._render(adapter, branch, branch.items, branch.messages)
+            elements, ends = await self._render_kept(adapter, branch, result)
             for unit, uid in zip(extra, extra_ids, strict=True):
                 parts = adapter.parts(unit)
                 elements += adapter.render_unit(unit, [Item("message", part_id(uid, index, len(parts)), part)
@@ -222,6 +222,19 @@ class Proxy:
         start, end = request.conversation
         text = request.text
         return (text[:start] + "[" + ",".join(elements) + "]" + text[end:]).encode()
+
+    async def _render_kept(self, adapter: Adapter, branch: Branch, result: AssembleResult
+                           ) -> tuple[list[str], list[int]]:
+        """The context's elements: after a delta, those of the kept items as last rendered and the new ones."""
+        keep = result.keep or 0 if result.delta else 0
+        if keep and len(branch.ends) >= keep:
+            cut = branch.ends[keep - 1] + 1  # a unit's parts are stored together: no group spans the cut
+            more, more_ends = await self._render(adapter, branch, branch.items[keep:], branch.messages[keep:])
+            elements, ends = branch.elements[:cut] + more, branch.ends[:keep] + [end + cut for end in more_ends]
+        else:
+            elements, ends = await self._render(adapter, branch, branch.items, branch.messages)
+        branch.elements, branch.ends = list(elements), list(ends)
+        return elements, ends
 
     async def _assemble(self, branch: Branch, budget: int) -> AssembleResult:
         """context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""

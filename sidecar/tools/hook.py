@@ -149,6 +149,10 @@ async def handle(payload: dict[str, Any], db: str | None, log_path: Path,
     if event == "SessionStart" and payload.get("source") != "compact":
         return None, f"source {payload.get('source')!r}: nothing to restore"
     session_id = _text(payload, "session_id")
+    if event == "PostCompact":
+        _text(payload, "compact_summary")
+    elif event == "PreCompact":
+        _transcript(payload)
     cwd = payload.get("cwd")
     if isinstance(cwd, str) and os.path.isdir(cwd):
         os.chdir(cwd)  # the sidecar records the session's workspace from its working directory
@@ -180,13 +184,23 @@ async def _close(client: SidecarClient) -> None:
                 client.process.kill()
 
 
+def _transcript(payload: dict[str, Any]) -> str:
+    """The hook's transcript file; HookProblem when there is none."""
+    path = payload.get("transcript_path")
+    if not isinstance(path, str) or not path:
+        raise HookProblem("malformed hook input: no transcript_path")
+    if not os.path.isfile(path):
+        raise HookProblem(f"no transcript at {path!r}")
+    return path
+
+
 async def _import(client: SidecarClient, payload: dict[str, Any], required: bool = True) -> t.ImportResult | None:
     """memory/import of the hook's transcript (a complete file: nothing is written while the hook runs)."""
-    path = payload.get("transcript_path")
-    if not isinstance(path, str) or not path or not os.path.isfile(path):
+    try:
+        path = _transcript(payload)
+    except HookProblem:
         if required:
-            raise HookProblem(f"no transcript at {path!r}" if isinstance(path, str) and path
-                              else "malformed hook input: no transcript_path")
+            raise
         return None
     return await client.import_transcript(path, format="claude-code", follow=True)
 
@@ -202,15 +216,23 @@ async def pre_compact(client: SidecarClient, session_id: str,
 
 async def session_start(client: SidecarClient, session_id: str,
                         payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request."""
-    imported = await _import(client, payload, required=False)
-    session = imported.session_id if imported is not None else session_id
+    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request.
+
+    PreCompact imported the transcript a moment ago (Claude Code runs it first), so the transcript is read again
+    only when the session is not in memory at all.
+    """
+    session = session_id
     try:
         rules = await client.rules(session)
     except SidecarRequestError as error:
-        if error.code == codes.UNKNOWN_SESSION:
-            raise HookProblem(f"session {session} is not in context-sidecar's memory") from None
-        raise
+        if error.code != codes.UNKNOWN_SESSION:
+            raise
+        imported = await _import(client, payload, required=False)
+        if imported is None:
+            raise HookProblem(f"session {session} is not in context-sidecar's memory, and there is no transcript "
+                              f"at {payload.get('transcript_path')!r}") from None
+        session = imported.session_id
+        rules = await client.rules(session)
     text = restore_text(rules)
     if text is None:
         return None, f"session {session}: no standing rules or files to restore"
@@ -223,20 +245,16 @@ async def post_compact(client: SidecarClient, session_id: str,
                        payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """Record Claude Code's own summary with the session."""
     summary = _text(payload, "compact_summary")
-    trigger = payload.get("trigger") if payload.get("trigger") in ("manual", "auto") else None
-    params = {"sessionId": session_id, "summary": summary, "source": SOURCE}
-    if trigger:
-        params["trigger"] = trigger
+    trigger = payload.get("trigger")
+    trigger = trigger if trigger in ("manual", "auto") else None
     try:
-        result = await client.request("memory/recordCompaction", params)
+        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
     except SidecarRequestError as error:
-        if error.code == codes.METHOD_NOT_FOUND:
-            raise HookProblem("this context-sidecar does not record compactions (no memory/recordCompaction)") from None
         if error.code != codes.UNKNOWN_SESSION or await _import(client, payload, required=False) is None:
             raise
-        result = await client.request("memory/recordCompaction", params)
-    recorded = "recorded" if result.get("recorded") else "already recorded"
-    return None, f"session {session_id}: Claude Code's summary {recorded} as {result.get('summaryId')}"
+        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
+    recorded = "recorded" if result.recorded else "already recorded"
+    return None, f"session {session_id}: Claude Code's summary {recorded} as {result.summary_id}"
 
 
 def restore_text(rules: t.RulesResult) -> str | None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sidecar.proxy.adapters.base import Adapter, BadRequest, Item, Recorded, Recorder, Request, Unit
-from sidecar.proxy.adapters.openai_common import error_body, recorded
+from sidecar.proxy.adapters.openai_common import content_text, error_body, recorded
 from sidecar.proxy.jsontext import JsonTextError, compact, object_members, without_cache_control
 from sidecar.proxy.sse import EventReader
 
@@ -55,8 +55,10 @@ class ChatAdapter(Adapter):
         message = unit.values[0]
         calls = [[c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")]
                  for c in message.get("tool_calls") or ()]
-        said = [message.get("role"), message.get("content") or "", calls, message.get("tool_call_id"),
-                message.get("name")]
+        content = message.get("content")
+        if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            content = content_text(content)  # text in parts says what the same text in one string says
+        said = [message.get("role"), content or "", calls, message.get("tool_call_id"), message.get("name")]
         return json.dumps(said, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
     def parts(self, unit: Unit) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from protocol import errors as codes
@@ -25,6 +26,11 @@ from sidecar.services import memory, transcripts
 from sidecar.services.errors import SidecarError
 from sidecar.wire import unstructure
 
+log = logging.getLogger(__name__)
+
+CATCH_UP_SECONDS = 10.0
+"""How long a memory tool call over a workspace waits for the transcripts a watch just found to be read."""
+
 
 async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
     result = memory.ingest(ls.sidecar, params)
@@ -39,7 +45,7 @@ async def import_transcript(ls: SidecarServer, params: ImportParams) -> Any:
     ls.settle_later()
     ls.session_changed(result.session_id, result.usage)
     if stored.compactions and ls.compactions is not None:
-        result.compactions = await transcripts.record_found(ls.compactions, stored.compactions)
+        result.compactions, _ = await transcripts.record_found(ls.compactions, stored.compactions)
         result.usage = ls.sidecar.usage(ls.sidecar.session(result.session_id))
     return unstructure(result)
 
@@ -90,6 +96,9 @@ async def call_tool(ls: SidecarServer, params: CallToolParams) -> Any:
     from sidecar.services.model_tools import dispatch  # loaded with the first tool call
 
     answerer = ls.compactions.answerer() if ls.compactions is not None else None
+    workspace = params.workspace
+    if workspace is not None and workspace.strip() and not await watcher(ls).caught_up(workspace, CATCH_UP_SECONDS):
+        log.info("memory/callTool over %s: some transcripts are not read yet", workspace)
     result = await dispatch.call_tool(ls.sidecar, params, answerer)
     ls.settle_later()  # memory_grep and memory_query scan
     return unstructure(result)

@@ -1,0 +1,174 @@
+"""The proxy: its overhead per request against the fake upstream called directly, and the pi session's input cost.
+
+Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer
+and a new user message) appended per request, as an agent resends it; the same requests to the fake directly
+and through the proxy (auto-compaction off, so both send the same history), non-streamed (whole reply) and
+streamed (time to the first byte). Cost: the pi session replayed as a Chat Completions agent, one request
+per model call of the transcript, through the proxy with default settings (it compacts), priced with the
+prompt-cache model of `context-sidecar replay`; against the same requests sent straight to the upstream,
+and against what the original agent paid as its transcript records it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import bench.core as core
+from bench.core import Bench, percentile, progress
+from sidecar.testing import FakeProvider, Reply, ToolCall
+from sidecar.tools.prompt_cache import PromptCache
+from sidecar.tools.proxy_command import ProxyOptions, running
+
+HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+OVERHEAD_SETTINGS = {"contextWindow": 1_000_000, "compaction": {"auto": False, "maxTokens": -1},
+                     "prune": {"enabled": False}}
+"""Both paths send the whole history: no compaction, no pruning."""
+
+
+def history(tokens: int) -> list[dict[str, Any]]:
+    """An Anthropic conversation of about ``tokens`` tokens: tool calls and 1.2 kB outputs."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing parser tests."}]
+    step = 0
+    while sum(len(json.dumps(m, separators=(",", ":"))) for m in messages) < tokens * 4:
+        call = f"toolu_{step:06d}"
+        messages.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"Reading module {step}."},
+            {"type": "tool_use", "id": call, "name": "read", "input": {"path": f"src/module_{step}.py"}}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content":
+                         f"# module {step}\n" + "def parse(tokens):\n    return tokens.pop()\n" * 28}]})
+        step += 1
+    messages.append({"role": "user", "content": "Now run the tests."})
+    return messages
+
+
+async def _steps(http: Any, url: str, messages: list[dict[str, Any]], runs: int, stream: bool,
+                 session: str) -> list[float]:
+    """Milliseconds per request (to the first byte when streamed), one step appended each time."""
+    times: list[float] = []
+    for run in range(runs + 1):
+        body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": stream,
+                           "messages": messages}, separators=(",", ":")).encode()
+        start = time.perf_counter()
+        async with http.stream("POST", f"{url}/v1/messages", content=body,
+                               headers={**HEADERS, "x-context-sidecar-session": session}) as response:
+            first = None
+            async for _ in response.aiter_raw():
+                first = first or time.perf_counter()
+            done = time.perf_counter()
+        if run:  # the first stores the whole history
+            times.append(((first or done) if stream else done) - start)
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": f"step {run} done"}]})
+        messages.append({"role": "user", "content": f"Go on with step {run + 1}."})
+    return [seconds * 1000 for seconds in times]
+
+
+async def overhead(bench: Bench, workdir: Path) -> None:
+    """Proxy overhead per request, p50 and p99, plain and streamed."""
+    import httpx2
+
+    tokens = 10_000 if bench.sizes.large < 10_000 else 100_000
+    runs = bench.sizes.single // 3 if bench.sizes.large < 10_000 else bench.sizes.single
+    with FakeProvider(responder=lambda request: Reply(text=_step_text(request))) as fake:
+        options = ProxyOptions(port=0, db=str(workdir / "proxy-overhead.duckdb"), settings=OVERHEAD_SETTINGS,
+                               anthropic_upstream=fake.url, openai_upstream=fake.base_url, share=False)
+        async with running(options) as app, httpx2.AsyncClient(timeout=120) as http:
+            proxy = f"http://127.0.0.1:{app.port}"
+            for stream in (False, True):
+                name = "ttfb" if stream else "request"
+                progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct and proxied")
+                direct = await _steps(http, fake.url, history(tokens), runs, stream, f"direct-{name}")
+                proxied = await _steps(http, proxy, history(tokens), runs, stream, f"proxied-{name}")
+                what = "time to first byte, streamed" if stream else "request, not streamed"
+                bench.record(f"proxy_{name}_direct_p50_ms", f"{what}, {tokens // 1000}k history, direct p50",
+                             percentile(direct, 50), "ms")
+                bench.record(f"proxy_{name}_p50_ms", "  through the proxy p50", percentile(proxied, 50), "ms")
+                bench.record(f"proxy_{name}_overhead_p50_ms", "  proxy overhead p50",
+                             percentile(proxied, 50) - percentile(direct, 50), "ms")
+                bench.record(f"proxy_{name}_overhead_p99_ms", "  proxy overhead p99",
+                             percentile(proxied, 99) - percentile(direct, 99), "ms")
+
+
+def _step_text(request: Any) -> str:
+    """The answer the agent loop expects: the step its newest message names."""
+    last = request.body["messages"][-1]["content"]
+    number = last.rsplit(" ", 1)[-1].rstrip(".") if isinstance(last, str) and last.startswith("Go on") else "0"
+    return f"step {number} done"
+
+
+def _chat(message: dict[str, Any]) -> dict[str, Any]:
+    """A transcript message as a Chat Completions agent sends it."""
+    kept = {key: message[key] for key in ("role", "content", "tool_calls", "tool_call_id", "name") if key in message}
+    if isinstance(kept.get("content"), list) and all(p.get("type") == "text" for p in kept["content"]):
+        kept["content"] = "\n".join(p["text"] for p in kept["content"])
+    return kept
+
+
+def _tokens(messages: list[dict[str, Any]]) -> list[int]:
+    return [math.ceil(len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) / 4) + 4
+            for m in messages]
+
+
+async def pi_cost(bench: Bench, workdir: Path) -> None:
+    """The pi session through the proxy: input cost against straight to the upstream and the original agent's."""
+    import httpx2
+
+    from sidecar.importers import parse_transcript
+
+    keys = ("proxy_pi_cost", "proxy_pi_direct_cost", "proxy_pi_original_cost", "proxy_pi_cost_ratio",
+            "proxy_pi_hit_rate")
+    if not core.PI_SESSION.exists():
+        for key in keys:
+            bench.record_missing(key, key.replace("_", " "), "", f"{core.PI_SESSION} not found")
+        return
+    parsed = parse_transcript(core.PI_SESSION, "pi")
+    messages = parsed.messages[:bench.sizes.pi_messages] if bench.sizes.pi_messages else parsed.messages
+    chat = [_chat(m) for m in messages]
+    calls = [index for index, m in enumerate(chat) if m["role"] == "assistant" and index]
+    answers = collections.deque(Reply(text=str(chat[i].get("content") or "") or None,
+                                      tool_calls=tuple(ToolCall(c["function"]["name"], c["function"]["arguments"],
+                                                                id=c["id"]) for c in chat[i].get("tool_calls") or ()))
+                                for i in calls)
+    original = 0.0
+    for message in messages:
+        usage = (message.get("metadata") or {}).get("usage") or {}
+        original += usage.get("input", 0) + 0.1 * usage.get("cacheRead", 0) + 1.25 * usage.get("cacheWrite", 0)
+    direct = PromptCache()
+    proxied = PromptCache()
+    progress(f"proxy: the pi session's {len(calls)} model calls through the proxy")
+    with FakeProvider(responder=lambda request: answers.popleft()) as fake:
+        options = ProxyOptions(port=0, db=str(workdir / "proxy-pi.duckdb"), anthropic_upstream=fake.url,
+                               openai_upstream=fake.base_url, share=False,
+                               settings={"models": {"pi-replay": {"contextWindow": 200_000}}})
+        async with running(options) as app, httpx2.AsyncClient(timeout=120) as http:
+            for index in calls:
+                sent = chat[:index]
+                direct.send(sent, _tokens(sent))
+                body = {"model": "pi-replay", "messages": sent}
+                reply = await http.post(f"http://127.0.0.1:{app.port}/v1/chat/completions", json=body,
+                                        headers={"x-context-sidecar-session": "bench-pi", "authorization": "k"})
+                reply.raise_for_status()
+                forwarded = fake.model_requests[-1].body["messages"]
+                proxied.send(forwarded, _tokens(forwarded))
+            stats = app.stats()["sessions"]
+    bench.record("proxy_pi_cost", "pi session through the proxy: input cost (uncached-token units)", proxied.cost,
+                 "tok")
+    bench.record("proxy_pi_direct_cost", "  the same requests straight to the upstream", direct.cost, "tok")
+    bench.record("proxy_pi_original_cost", "  what the original agent paid (its transcript's usage)", original, "tok")
+    bench.record("proxy_pi_cost_ratio", "  input cost through the proxy / straight", proxied.cost / direct.cost, "x")
+    bench.record("proxy_pi_hit_rate", "  prefix hit rate through the proxy", proxied.hit_rate, "share")
+    bench.record("proxy_pi_branches", "  sessions the replay made (1: no branch)", len(stats), "")
+
+
+async def proxy(bench: Bench) -> None:
+    """Overhead and the pi session's cost, on databases of their own."""
+    workdir = Path(tempfile.mkdtemp(prefix="cs-proxy-", dir=bench.workdir))
+    await overhead(bench, workdir)
+    await pi_cost(bench, workdir)
+    await asyncio.sleep(0)
