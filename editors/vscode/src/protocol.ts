@@ -19,7 +19,6 @@ export const Methods = {
   MEMORY_IMPORT: 'memory/import',
   MEMORY_PIN: 'memory/pin',
   MEMORY_CALL_TOOL: 'memory/callTool',
-  MEMORY_RULES: 'memory/rules',
   CONTEXT_ASSEMBLE: 'context/assemble',
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_USAGE: 'context/usage',
