@@ -272,10 +272,10 @@ async def test_no_share_keeps_one_process_and_memory_is_never_shared(tmp_path: P
     db = tmp_path / "memory.duckdb"
     alone = await SidecarClient.spawn(command=[*CLI, "--no-share"], settings={"storage": {"path": str(db)}},
                                       env=env_for(runtime), timeout=WAIT)
+    await alone.ingest("s", [message("m1")])  # holds the file before the second one tries to open it
     by_setting = await spawn(db, runtime, settings={"storage": {"path": str(db), "share": False}})
     memory = await spawn(Path(":memory:"), runtime)
     try:
-        await alone.ingest("s", [message("m1")])
         with pytest.raises(SidecarRequestError) as raised:
             await by_setting.sessions()
         assert raised.value.code == codes.STORAGE_LOCKED
