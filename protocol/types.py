@@ -197,10 +197,13 @@ class GrepResult:
 class CallToolParams:
     """*Extension*: a memory tool call the model made, ``arguments`` being the JSON text it wrote."""
 
-    session_id: str
     name: str
     arguments: str
+    session_id: str | None = None
+    """The session the call reads; with ``workspace``, the agent's current session, if known."""
     tool_call_id: str | None = None
+    workspace: str | None = None
+    """*Extension*: read every session of this workspace (a directory), the current one first."""
 
 
 @attrs.define

@@ -22,7 +22,7 @@ SHARED = [sys.executable, "-m", "sidecar"]
 ALONE = [*SHARED, "--no-share"]
 
 
-def _host_pid(runtime: Path) -> int:
+def host_pid(runtime: Path) -> int:
     """The pid of the one host under ``runtime``, from its handshake."""
     (path,) = runtime.glob("context-sidecar/*.sock")
     with socket.socket(socket.AF_UNIX) as sock:
@@ -57,7 +57,7 @@ async def _recovery(bench: Bench, clients: list[SidecarClient], runtime: Path, c
     acked: list[list[str]] = [[] for _ in clients]
     killed_at: list[float] = []
     back: dict[int, float] = {}
-    pid = _host_pid(runtime)
+    pid = host_pid(runtime)
 
     async def work(n: int, client: SidecarClient) -> None:
         for i in range(count):

@@ -121,6 +121,8 @@ class WatchService:
         self.by_owner: dict[object, dict[str, WatchKey]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._looked = asyncio.Event()
+        """Set after each look at the followed files (for ``caught_up``)."""
         self._runner: Any = None
 
     @property
@@ -162,6 +164,24 @@ class WatchService:
         self.by_owner.setdefault(owner, {})[workspace] = key
         self._start()
         return self.result(watch)
+
+    async def caught_up(self, workspace: str, timeout: float) -> bool:
+        """Wait, at most ``timeout`` s, until each transcript watched for the workspace has been read once.
+
+        The memory tools over a workspace wait for this, so that the earlier sessions a watch just found are in
+        the answer; whether they all were.
+        """
+        key = workspace_key(workspace)
+        deadline = time.monotonic() + timeout
+        while any(tail.workspace == key and not tail.imported and tail.problem is None and not tail.follower.waiting
+                  for tail in self.tails.values()):
+            left = deadline - time.monotonic()
+            if left <= 0 or self._task is None or self._task.done():
+                return False
+            self._looked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._looked.wait(), left)
+        return True
 
     def result(self, watch: Watch) -> WatchResult:
         """What a watch follows, as memory/watch answers."""
@@ -245,6 +265,7 @@ class WatchService:
                 if now >= watch.next_scan:
                     await self._scan(watch)
             await self._follow()
+            self._looked.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
 

@@ -49,7 +49,6 @@ export const ErrorCodes = {
   STORAGE_LOCKED: -32020,
   STORAGE_ERROR: -32021,
   HOST_CONNECTION_LOST: -32022,
-  CONVERSATION_MOVED: -32012,
 } as const;
 
 export type UsageState = 'ok' | 'suggest' | 'compact' | 'compacting' | 'overflow';

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from protocol import errors as codes
@@ -22,6 +23,11 @@ from sidecar.rpc.server import SidecarServer
 from sidecar.services import memory, transcripts
 from sidecar.services.errors import SidecarError
 from sidecar.wire import unstructure
+
+log = logging.getLogger(__name__)
+
+CATCH_UP_SECONDS = 10.0
+"""How long a memory tool call over a workspace waits for the transcripts a watch just found to be read."""
 
 
 def setup(server: SidecarServer) -> None:
@@ -92,6 +98,11 @@ def setup(server: SidecarServer) -> None:
         from sidecar.services.model_tools.dispatch import call_tool  # loaded with the first tool call
 
         answerer = ls.compactions.answerer() if ls.compactions is not None else None
+        if params.workspace is not None and params.workspace.strip():
+            from sidecar.rpc.watching import watcher
+
+            if not await watcher(ls).caught_up(params.workspace, CATCH_UP_SECONDS):
+                log.info("memory/callTool over %s: some transcripts are not read yet", params.workspace)
         result = await call_tool(ls.sidecar, params, answerer)
         ls.settle_later()  # memory_grep and memory_query scan
         return unstructure(result)

@@ -50,7 +50,6 @@ M.errors = {
   STORAGE_LOCKED = -32020,
   STORAGE_ERROR = -32021,
   HOST_CONNECTION_LOST = -32022,
-  CONVERSATION_MOVED = -32012,
 }
 
 ---@alias ContextSidecarUsageState 'ok'|'suggest'|'compact'|'compacting'|'overflow'
