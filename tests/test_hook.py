@@ -44,17 +44,18 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-def transcript(path: Path, extra_files: int = 0) -> Path:
-    """A Claude Code session: two rules, a Read and an Edit, an injected attachment, and ``extra_files`` writes."""
+def transcript(path: Path, extra_files: int = 0, root: str = "") -> Path:
+    """A Claude Code session: two rules, a Read and an Edit (of files under ``root``), an injected attachment, and
+    ``extra_files`` writes."""
     attachment = {"type": "attachment", "uuid": "at1", "parentUuid": "r1", "sessionId": SESSION,
                   "timestamp": "2026-01-03T10:00:00.000Z",
                   "attachment": {"type": "hook_additional_context", "content": [INJECTED]}}
     entries: list[Any] = [
         cc_user("u1", None, f"Fix the cart total. {RULE}"),
-        cc_asst("a1", "u1", "msg_1", use("toolu_1", "Read", file_path="src/cart.py"), stop="tool_use"),
+        cc_asst("a1", "u1", "msg_1", use("toolu_1", "Read", file_path=f"{root}src/cart.py"), stop="tool_use"),
         cc_user("r1", "a1", [result("toolu_1", "def total(): ...")]),
         attachment,
-        cc_asst("a2", "at1", "msg_2", use("toolu_2", "Edit", file_path="src/cart.py"), stop="tool_use"),
+        cc_asst("a2", "at1", "msg_2", use("toolu_2", "Edit", file_path=f"{root}src/cart.py"), stop="tool_use"),
         cc_user("r2", "a2", [result("toolu_2", "ok")]),
         cc_user("u2", "r2", [text(SECOND_RULE)]),
     ]
@@ -105,7 +106,7 @@ async def test_pre_compact_imports_the_whole_transcript_once(tmp_path, workspace
 
 async def test_session_start_after_compaction_restores_rules_and_files(tmp_path, workspace, runtime):
     db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
-    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    path = transcript(tmp_path / f"{SESSION}.jsonl", root=f"{workspace}/")  # Claude Code's tools name absolute paths
     run = hook(payload("SessionStart", workspace, path, source="compact", model="claude-opus-4-8"), db, runtime, log)
     assert (run.code, run.stderr) == (0, "")
     output = json.loads(run.stdout)
@@ -115,7 +116,8 @@ async def test_session_start_after_compaction_restores_rules_and_files(tmp_path,
     assert f"- {RULE}\n- {SECOND_RULE}" in context
     assert INJECTED not in context, "what an agent injected itself is no rule of the user's"
     modified = context.index("Files modified")
-    assert "- src/cart.py" in context[modified:] and "Files read" not in context, "read, then modified: modified"
+    assert "\n- src/cart.py" in context[modified:], "relative to the workspace"
+    assert "Files read" not in context, "read, then modified: modified"
 
 
 async def test_the_restored_context_is_bounded(tmp_path, workspace, runtime):

@@ -272,17 +272,16 @@ async def test_no_share_keeps_one_process_and_memory_is_never_shared(tmp_path: P
     db = tmp_path / "memory.duckdb"
     alone = await SidecarClient.spawn(command=[*CLI, "--no-share"], settings={"storage": {"path": str(db)}},
                                       env=env_for(runtime), timeout=WAIT)
-    by_setting = await spawn(db, runtime, settings={"storage": {"path": str(db), "share": False}})
-    memory = await spawn(Path(":memory:"), runtime)
-    try:
-        await alone.ingest("s", [message("m1")])
-        with pytest.raises(SidecarRequestError) as raised:
-            await by_setting.sessions()
-        assert raised.value.code == codes.STORAGE_LOCKED
-        await memory.ingest("s", [message("m1")])
-        assert not list(runtime.glob("context-sidecar/*.sock"))
-    finally:
-        await asyncio.gather(alone.close(), by_setting.close(), memory.close())
+    async with alone:
+        await alone.ingest("s", [message("m1")])  # holds the file before the second one tries to open it
+        by_setting = await spawn(db, runtime, settings={"storage": {"path": str(db), "share": False}})
+        memory = await spawn(Path(":memory:"), runtime)
+        async with by_setting, memory:
+            with pytest.raises(SidecarRequestError) as raised:
+                await by_setting.sessions()
+            assert raised.value.code == codes.STORAGE_LOCKED
+            await memory.ingest("s", [message("m1")])
+            assert not list(runtime.glob("context-sidecar/*.sock"))
 
 
 async def test_exit_codes_through_a_relay_follow_the_protocol(tmp_path: Path, runtime: Path) -> None:

@@ -233,7 +233,8 @@ async def session_start(client: SidecarClient, session_id: str,
                               f"at {payload.get('transcript_path')!r}") from None
         session = imported.session_id
         rules = await client.rules(session)
-    text = restore_text(rules)
+    cwd = payload.get("cwd")
+    text = restore_text(rules, cwd if isinstance(cwd, str) else None)
     if text is None:
         return None, f"session {session}: no standing rules or files to restore"
     output = {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
@@ -257,8 +258,9 @@ async def post_compact(client: SidecarClient, session_id: str,
     return None, f"session {session_id}: Claude Code's summary {recorded} as {result.summary_id}"
 
 
-def restore_text(rules: t.RulesResult) -> str | None:
-    """The additionalContext: labelled, the rules verbatim, then files, within ``MAX_CONTEXT_CHARS``."""
+def restore_text(rules: t.RulesResult, cwd: str | None = None) -> str | None:
+    """The additionalContext: labelled, the rules verbatim, then files (relative to ``cwd`` when under it), within
+    ``MAX_CONTEXT_CHARS``."""
     if not (rules.rules or rules.modified or rules.read):
         return None
     lines = ["[context-sidecar] Carried over from before this conversation was compacted (the full history stays "
@@ -275,7 +277,7 @@ def restore_text(rules: t.RulesResult) -> str | None:
         section = ["", title]
         used = len("\n".join(lines + section))
         shown = 0
-        for path in paths[:cap]:
+        for path in (_relative(path, cwd) for path in paths[:cap]):
             if used + len(path) + 3 > MAX_CONTEXT_CHARS - 40:
                 break
             section.append(f"- {path}")
@@ -286,3 +288,12 @@ def restore_text(rules: t.RulesResult) -> str | None:
         if shown:
             lines += section
     return "\n".join(lines)[:MAX_CONTEXT_CHARS]
+
+
+def _relative(path: str, cwd: str | None) -> str:
+    """``path`` relative to ``cwd`` when it lies under it (Claude Code's tools name absolute paths)."""
+    if cwd and os.path.isabs(path):
+        root = cwd.rstrip(os.sep) + os.sep
+        if path.startswith(root):
+            return path[len(root):]
+    return path
