@@ -183,3 +183,20 @@ def test_help_says_where_the_host_logs() -> None:
                             timeout=WAIT).stdout
     assert "--log-file, marked [host]" in " ".join(helped.split())
     assert "<hash>.log beside its socket" in helped
+
+
+async def test_a_client_that_connects_changes_nothing_another_one_sees(tmp_path: Path, runtime: Path) -> None:
+    # Too few older messages for an automatic incremental leaf: the agent's usage says why nothing was compacted.
+    db = tmp_path / "memory.duckdb"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    settings = {"storage": {"path": str(db)}, "contextWindow": 4000,
+                "compaction": {"reserveTokens": 0, "freshTail": 4, "keepRecentTokens": 0}}
+    async with await SidecarClient.spawn(settings=settings, env=env, timeout=WAIT) as agent:
+        explained = agent.wait_for_notification(
+            "context/didChangeUsage", lambda usage: "replaced nothing" in (usage.hint or ""), timeout=WAIT)
+        await agent.ingest("s", [{"id": f"m{i}", "role": "user", "content": "word " * 320} for i in range(12)])
+        hint = (await explained).hint
+        async with await SidecarClient.spawn(settings={"storage": {"path": str(db)}}, env=env, timeout=WAIT) as editor:
+            await editor.change_settings({"storage": {"path": str(db)}, "compaction": {"freshTail": 2}})
+            await editor.sessions()
+            assert (await agent.usage("s")).hint == hint
