@@ -88,6 +88,8 @@ def test_a_first_client_that_cannot_start_a_host_serves_alone_after_its_early_re
         assert "result" in replies[0]
         assert replies[1]["error"]["code"] == -32020
         assert code == 0
+        # The host that could not start leaves nothing behind: no lock, no empty log.
+        assert list((runtime / "context-sidecar").iterdir()) == []
     finally:
         holder.kill()
         holder.wait()
