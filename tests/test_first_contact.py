@@ -6,22 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sidecar.framing import FrameReader, encode
-from tests.helpers.hosts import WAIT, short_runtime
+from tests.helpers.hosts import WAIT
 
 CLI = [sys.executable, "-m", "sidecar"]
-
-
-@pytest.fixture
-def runtime() -> Iterator[Path]:
-    with short_runtime() as path:
-        yield path
 
 
 def session(db: Path, *, root: str | None = None) -> list[dict[str, Any]]:
