@@ -1,0 +1,1 @@
+"""Settings, storage paths and the model table."""

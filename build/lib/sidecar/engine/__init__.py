@@ -1,0 +1,1 @@
+"""Pure engine logic: token estimates, message handling, assembly, usage. No I/O here."""

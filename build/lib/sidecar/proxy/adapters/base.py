@@ -1,0 +1,206 @@
+"""What every provider format gives the proxy's core: the adapter interface and the values it passes around.
+
+An adapter reads a request body (its conversation as ``Unit``s: the provider's own JSON of each message, verbatim),
+converts a unit to the sidecar's messages (OpenAI Chat messages, ``parts``), renders an assembled context back in
+its format from the stored originals, records a streamed or plain answer, and writes errors as its API does.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from sidecar.proxy.jsontext import JsonTextError, Span, array_elements, object_members, value_at
+
+
+class BadRequest(Exception):
+    """A body the provider would refuse with 400; ``message`` says why, as the provider's error would."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@attrs.define
+class Request:
+    """A parsed request body: the top-level values and where its conversation is in the text."""
+
+    text: str
+    values: dict[str, Any]
+    """Top-level members; the conversation's member holds the list of element values (None: a known text)."""
+    conversation: Span
+    """The span of the conversation's array (``messages``, ``input``) in ``text``."""
+    elements: list[Span]
+    """The span of each element of that array."""
+
+    @property
+    def model(self) -> str | None:
+        """The model asked for."""
+        model = self.values.get("model")
+        return model if isinstance(model, str) else None
+
+    @property
+    def stream(self) -> bool:
+        """Whether the answer is streamed."""
+        return self.values.get("stream") is True
+
+    @property
+    def overhead_chars(self) -> int:
+        """Characters of the body outside the conversation: system prompt, tools, settings."""
+        return len(self.text) - (self.conversation[1] - self.conversation[0])
+
+
+@attrs.define
+class Unit:
+    """One entry of the conversation as the provider has it, and the unit of identity and of originals.
+
+    An Anthropic or Chat message, or a run of Responses items that make one assistant turn. ``texts`` are the
+    provider's JSON of each, verbatim but for cache markers; the sidecar stores them as the first part's
+    ``original``, and renders from them.
+    """
+
+    texts: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+@attrs.define
+class Item:
+    """One entry of an assembled context as the renderer sees it."""
+
+    kind: str
+    """``message`` or ``summary``."""
+    id: str
+    message: dict[str, Any]
+    """The sidecar's OpenAI message for it (the summary's text, a pruned output's placeholder, kept tool calls)."""
+    pruned: bool = False
+
+
+@attrs.define
+class Recorded:
+    """An answer taken from the upstream's response: the assistant unit and the provider's usage."""
+
+    unit: Unit | None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+def unit_id(parent: str, identity: str) -> str:
+    """A unit's id: chained on its parent's, so that an edited or rewound conversation gets new ids from there on."""
+    digest = hashlib.blake2b(f"{parent}\n{identity}".encode(), digest_size=12).hexdigest()
+    return f"px-{digest}"
+
+
+def part_id(unit: str, index: int, count: int) -> str:
+    """The sidecar message id of a unit's part: the unit's own id when it is the only one."""
+    return unit if count == 1 else f"{unit}.{index}"
+
+
+def split_part_id(message_id: str) -> tuple[str, int] | None:
+    """(unit id, part index) of a proxy message id, None for a message some other client stored."""
+    if not message_id.startswith("px-"):
+        return None
+    unit, _, index = message_id.partition(".")
+    if not index:
+        return unit, 0
+    return (unit, int(index)) if index.isdigit() else None
+
+
+class Recorder(abc.ABC):
+    """Takes a response's bytes as they pass, and tells at the end what the answer was."""
+
+    @abc.abstractmethod
+    def feed(self, data: bytes) -> None:
+        """Bytes of the response body as they arrive."""
+
+    @abc.abstractmethod
+    def finish(self) -> Recorded | None:
+        """The answer, or None when the response did not hold a complete one."""
+
+
+class Adapter(abc.ABC):
+    """A provider format."""
+
+    name: ClassVar[str]
+    conversation_key: ClassVar[str]
+    """The top-level member that holds the conversation: ``messages`` or ``input``."""
+
+    def read(self, body: str, known: Sequence[str] = ()) -> Request:
+        """The request, its conversation's elements read (those equal to ``known[i]`` not parsed again)."""
+        key = self.conversation_key
+
+        def elements(text: str, index: int) -> tuple[Any, int]:
+            if text[index:index + 1] != "[":
+                return value_at(text, index)  # not an array: check() says so as the API would
+            spans, values, end = array_elements(text, index, known)
+            found[:] = spans
+            return values, end
+
+        found: list[Span] = []
+        try:
+            values, spans, end = object_members(body, 0, {key: elements})
+        except JsonTextError as error:
+            raise BadRequest(f"the body is not valid JSON: {error}") from None
+        if body[end:].strip():
+            raise BadRequest(f"the body is not valid JSON: extra data at character {end}")
+        if key not in spans:
+            raise BadRequest(f"{key}: field required")
+        request = Request(body, values, spans[key], found)
+        if self.manageable(values):
+            self.check(request)
+        return request
+
+    def manageable(self, values: dict[str, Any]) -> bool:
+        """Whether the proxy assembles this request's conversation (else it goes upstream as it is)."""
+        return True
+
+    @abc.abstractmethod
+    def check(self, request: Request) -> None:
+        """Raise BadRequest for a conversation of the wrong shape (element values are None when known)."""
+
+    @abc.abstractmethod
+    def clean(self, value: Any, text: str) -> tuple[Any, str]:
+        """An element without the agent's cache markers, value and text (text verbatim otherwise)."""
+
+    @abc.abstractmethod
+    def units(self, values: Sequence[Any], texts: Sequence[str]) -> list[Unit]:
+        """The conversation's units, from its elements' (clean) values and texts."""
+
+    @abc.abstractmethod
+    def identity(self, unit: Unit) -> str:
+        """What the unit says, canonically: the same for the agent's resend of an answer the proxy recorded."""
+
+    @abc.abstractmethod
+    def parts(self, unit: Unit) -> list[dict[str, Any]]:
+        """The unit as the sidecar's messages (OpenAI Chat messages, without ids), in order."""
+
+    @abc.abstractmethod
+    def render_unit(self, unit: Unit, items: Sequence[Item]) -> list[str]:
+        """The elements (JSON texts) for those of a unit's parts that the context holds (``Item.id`` names the
+        part): its original texts as they are when all of it is there unchanged."""
+
+    @abc.abstractmethod
+    def render_others(self, items: Sequence[Item]) -> list[str]:
+        """The elements for summaries and for messages other clients stored, from the sidecar's messages."""
+
+    def finish(self, elements: list[str], breakpoints: Sequence[int], marker: str | None) -> list[str]:
+        """The whole conversation, last touches: cache markers after the ``breakpoints`` (element indexes), in
+        the agent's own ``marker`` JSON when it sent one."""
+        return elements
+
+    def marker(self, request: Request) -> tuple[int, str | None]:
+        """How many cache markers the request's system prompt and tools hold, and the agent's message marker."""
+        return 0, None
+
+    @abc.abstractmethod
+    def recorder(self, stream: bool) -> Recorder:
+        """A recorder for the upstream's answer."""
+
+    @abc.abstractmethod
+    def error_body(self, status: int, message: str) -> bytes:
+        """An error as the provider writes it."""

@@ -1,0 +1,138 @@
+"""The proxy's routes: which requests are assembled, which pass through, and /stats."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import attrs
+
+from sidecar import __version__
+from sidecar.proxy.adapters.base import Adapter, BadRequest, Request
+from sidecar.proxy.conversation import Conversation
+from sidecar.proxy.core import Prepared, Proxy
+from sidecar.proxy.http import ClientGone, HttpRequest, Responder
+from sidecar.proxy.upstream import Upstream, join, response_headers
+
+log = logging.getLogger(__name__)
+
+ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
+OPENAI_UPSTREAM = "https://api.openai.com/v1"
+SESSION_HEADERS = ("x-context-sidecar-session", "x-claude-code-session-id", "session-id")
+"""The agent's own session id: ours first, then Claude Code's, then Codex's."""
+JSON = [("content-type", "application/json")]
+SERVER_NAME = "context-sidecar proxy"
+
+
+@attrs.define
+class Upstreams:
+    """Where each provider's requests go: base URLs, as the agents' own base URL settings take them."""
+
+    anthropic: str = ANTHROPIC_UPSTREAM
+    openai: str = OPENAI_UPSTREAM
+    """Carries its version (``…/v1``), as OPENAI_BASE_URL does: ``/v1/responses`` goes to ``<openai>/responses``."""
+
+
+class App:
+    """Serves the agent's requests."""
+
+    def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, adapters: dict[str, Adapter],
+                 storage: str | None = None) -> None:
+        self.proxy = proxy
+        self.upstream = upstream
+        self.upstreams = upstreams
+        self.adapters = adapters
+        """By route: ``POST <path>`` → the adapter of that API."""
+        self.storage = storage
+        self.port: int | None = None
+
+    async def handle(self, request: HttpRequest, responder: Responder) -> None:
+        """One request from the agent."""
+        if request.method == "GET" and request.path == "/stats":
+            await responder.whole(200, JSON, json.dumps(self.stats(), indent=2).encode())
+            return
+        if request.method in ("GET", "HEAD") and request.path == "/":
+            # Agents check that their base URL answers (Claude Code sends HEAD /): the proxy itself does.
+            body = b"" if request.method == "HEAD" else f"{SERVER_NAME}: see GET /stats\n".encode()
+            await responder.whole(200, [("content-type", "text/plain")], body)
+            return
+        adapter = self.adapters.get(f"{request.method} {request.path}")
+        if adapter is None:
+            await self.forward(request, responder, None, None, request.body)
+            return
+        try:
+            text = request.body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            await responder.whole(400, JSON, adapter.error_body(400, f"the body is not UTF-8: {error}"))
+            return
+        try:
+            prepared = await self.prepare(adapter, request, text)
+        except BadRequest as error:
+            log.info("%s %s: answered 400 (%s); nothing stored", request.method, request.path, error.message)
+            await responder.whole(400, JSON, adapter.error_body(400, error.message))
+            return
+        await self.forward(request, responder, adapter, prepared, prepared.body)
+
+    async def prepare(self, adapter: Adapter, request: HttpRequest, text: str) -> Prepared:
+        """Read the body and let the core store and assemble it, the agent's conversation locked meanwhile."""
+        header = next((value for name in SESSION_HEADERS if (value := request.header(name))), None)
+        parsed: Request | None = None
+        if header is None:
+            parsed = adapter.read(text)
+            header = self.proxy.session_of(adapter, parsed, None)
+        conversation: Conversation = self.proxy.conversations.get(header)
+        async with conversation.lock:
+            if parsed is None:
+                parsed = adapter.read(text, conversation.known)
+            if request.path.endswith("/count_tokens"):
+                return await self.proxy.count(adapter, parsed, conversation, request.body)
+            return await self.proxy.prepare(adapter, parsed, conversation, request.body)
+
+    async def forward(self, request: HttpRequest, responder: Responder, adapter: Adapter | None,
+                      prepared: Prepared | None, body: bytes) -> None:
+        """Send the request upstream and its answer back unchanged; record the answer when it is complete."""
+        anthropic = adapter.name == "anthropic" if adapter is not None else _anthropic(request)
+        base = self.upstreams.anthropic if anthropic else self.upstreams.openai
+        url = join(base, request.target, strip_version=not anthropic)
+        recorded = None
+        try:
+            async with self.upstream.send(request.method, url, request.headers, body) as response:
+                recorder = None
+                if adapter is not None and prepared is not None and prepared.branch is not None \
+                        and response.status_code == 200 and "content-encoding" not in response.headers:
+                    recorder = adapter.recorder(prepared.stream)
+                await responder.start(response.status_code, response_headers(response.headers))
+                async for chunk in response.aiter_raw():
+                    if recorder is not None:
+                        recorder.feed(chunk)
+                    await responder.send(chunk)
+                recorded = recorder.finish() if recorder is not None else None
+        except self.upstream.errors as error:
+            if responder.started:
+                # The upstream dropped the answer midway: the agent sees its connection dropped too.
+                log.warning("%s: the upstream's answer broke off: %s", url, error)
+                raise ClientGone(f"upstream broke off: {error}") from None
+            log.warning("%s unreachable: %s", url, error)
+            message = f"context-sidecar proxy: the upstream {base} is unreachable ({type(error).__name__}: {error})"
+            await responder.whole(502, JSON, adapter.error_body(502, message) if adapter is not None else
+                                  json.dumps({"error": {"message": message, "type": "upstream_unreachable"}}).encode())
+            return
+        await responder.end()
+        if recorded is not None and adapter is not None and prepared is not None:
+            await self.proxy.record(adapter, prepared, recorded)
+
+    def stats(self) -> dict[str, Any]:
+        """What GET /stats answers."""
+        return {"server": SERVER_NAME, "version": __version__, "pid": os.getpid(), "port": self.port,
+                "storage": self.storage, "upstreams": {"anthropic": self.upstreams.anthropic,
+                                                       "openai": self.upstreams.openai},
+                "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
+                "sessions": self.proxy.stats.as_json()}
+
+
+def _anthropic(request: HttpRequest) -> bool:
+    """Whether a request the proxy does not assemble is for Anthropic's API."""
+    return request.path.startswith("/v1/messages") or request.header("anthropic-version") is not None

@@ -1,0 +1,138 @@
+"""What the proxy remembers of each agent's conversation: its branches, unit ids, and the previous request's text.
+
+An agent resends its whole conversation with every request. Each unit (message) gets an id chained on its
+parent's, so a resend maps onto what is stored, an answer the proxy recorded is recognised when the agent sends it
+back, and an edited or rewound conversation gets new ids from the first change on. A conversation's path that
+leaves a stored one is a branch: a sidecar session of its own (``<session>~<id>``), so the old one is never
+overwritten. All of this is rebuilt from the host when the proxy starts (see ``core.Proxy.sync``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from protocol.types import ContextItem
+from sidecar.proxy.adapters.base import Adapter, Unit, unit_id
+
+MAX_CONVERSATIONS = 64
+"""Agent sessions whose state is kept; an older one is rebuilt from the host when it comes back."""
+MAX_RENDERED = 4096
+"""Rendered units kept per branch."""
+
+
+@attrs.define(eq=False)
+class Branch:
+    """One sidecar session: a path of the conversation, and its previous assembled context."""
+
+    session_id: str
+    ids: list[str] = attrs.Factory(list)
+    """Unit ids along the path, oldest first."""
+    last: str = ""
+    """The id of the newest message stored in the session ("" when none): ``after`` for the next ingest."""
+    units: dict[str, Unit] = attrs.Factory(dict)
+    """Units by id, for rendering from their originals."""
+    revision: str | None = None
+    """The previous assemble's revision, for a delta."""
+    items: list[ContextItem] = attrs.Factory(list)
+    messages: list[dict[str, Any]] = attrs.Factory(list)
+    rendered: collections.OrderedDict[tuple[Any, ...], list[str]] = attrs.Factory(collections.OrderedDict)
+    """Units rendered, by what they were rendered from."""
+    elements: list[str] = attrs.Factory(list)
+    """The previous context as rendered (before cache markers), and for each item its group's last element."""
+    ends: list[int] = attrs.Factory(list)
+    scale: float = 1.0
+    """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
+
+    def common(self, ids: Sequence[str]) -> int:
+        """How many leading ids of ``ids`` are this path's."""
+        count = 0
+        for mine, theirs in zip(self.ids, ids, strict=False):
+            if mine != theirs:
+                break
+            count += 1
+        return count
+
+    def forget_prompt(self) -> None:
+        """Ask for the whole context next time (after a rewrite or an error)."""
+        self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
+
+
+@attrs.define(eq=False)
+class Conversation:
+    """An agent session: its branches, and the last request's elements to recognise a resend without parsing."""
+
+    session_id: str
+    """The agent's own session id (or one derived from the conversation's opening)."""
+    lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
+    branches: list[Branch] = attrs.Factory(list)
+    known: list[str] = attrs.Factory(list)
+    """The clean text of each element of the previous request."""
+    known_values: list[Any] = attrs.Factory(list)
+    memo: dict[tuple[str, tuple[str, ...]], str] = attrs.Factory(dict)
+    """Unit ids by (parent id, texts): a resend is recognised by its text."""
+
+    def unit_ids(self, adapter: Adapter, units: Sequence[Unit]) -> list[str]:
+        """The chained id of each unit."""
+        ids: list[str] = []
+        parent = ""
+        for unit in units:
+            key = (parent, unit.texts)
+            found = self.memo.get(key)
+            if found is None:
+                found = self.memo[key] = unit_id(parent, adapter.identity(unit))
+            ids.append(found)
+            parent = found
+        return ids
+
+    def remember(self, parent: str, unit: Unit, unit_id_: str) -> None:
+        """A unit's id known by its text (an answer the proxy recorded)."""
+        self.memo[(parent, unit.texts)] = unit_id_
+
+    def best(self, ids: Sequence[str]) -> tuple[Branch | None, int]:
+        """The branch that shares the most leading ids with ``ids``, and how many."""
+        found: Branch | None = None
+        most = -1
+        for branch in self.branches:
+            common = branch.common(ids)
+            if common > most or (common == most and found is not None and len(branch.ids) < len(found.ids)):
+                found, most = branch, common
+        return found, max(most, 0)
+
+    def branch(self, session_id: str) -> Branch:
+        """The branch stored as ``session_id``, made if new."""
+        for branch in self.branches:
+            if branch.session_id == session_id:
+                return branch
+        branch = Branch(session_id)
+        self.branches.append(branch)
+        return branch
+
+    def fork_name(self, ids: Sequence[str], taken: int = 0) -> str:
+        """A session id for a new branch: the agent's session's for the first, else named after its last unit."""
+        if not self.branches and not taken:
+            return self.session_id
+        suffix = ids[-1][3:11] if ids else "empty"
+        return f"{self.session_id}~{suffix}" + (f"-{taken}" if taken > 1 else "")
+
+
+class Conversations:
+    """Agent sessions by id, the most recently used kept."""
+
+    def __init__(self) -> None:
+        self._items: collections.OrderedDict[str, Conversation] = collections.OrderedDict()
+
+    def get(self, session_id: str) -> Conversation:
+        """The conversation, made if new."""
+        conversation = self._items.pop(session_id, None) or Conversation(session_id)
+        self._items[session_id] = conversation
+        while len(self._items) > MAX_CONVERSATIONS:
+            oldest = next(iter(self._items))
+            if self._items[oldest].lock.locked():
+                break
+            del self._items[oldest]
+        return conversation

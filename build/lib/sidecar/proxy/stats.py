@@ -1,0 +1,115 @@
+"""Figures a user can see, per session: what the agent sent against what went upstream, the cache, compactions."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import attrs
+
+from sidecar.proxy.adapters.base import Recorded
+
+BYTES_PER_TOKEN = 4
+"""The sidecar's estimate (sidecar/engine/tokens.py): UTF-8 bytes / 4."""
+
+
+@attrs.define
+class SessionStats:
+    """One sidecar session's figures since the proxy started."""
+
+    session_id: str
+    agent_session: str
+    provider: str = ""
+    model: str | None = None
+    requests: int = 0
+    unmanaged: int = 0
+    """Requests forwarded as the agent sent them (the host failed them)."""
+    agent_tokens: int = 0
+    """Estimated tokens of the bodies the agent sent."""
+    forwarded_tokens: int = 0
+    """Estimated tokens of the bodies forwarded upstream."""
+    input_tokens: int = 0
+    """The provider's figures, summed over its answers: uncached input, cache reads and writes, output."""
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    answers: int = 0
+    compactions: int = 0
+    compacted_tokens: int = 0
+    """Tokens the compactions took off the context (before - after)."""
+    last_request: float = 0.0
+
+    def cache_hit_rate(self) -> float | None:
+        """Cache reads over all prompt tokens the provider counted; None before any."""
+        prompt = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return round(self.cache_read_tokens / prompt, 4) if prompt else None
+
+    def as_json(self) -> dict[str, Any]:
+        """The figures as /stats shows them (camelCase)."""
+        return {
+            "sessionId": self.session_id, "agentSession": self.agent_session, "provider": self.provider,
+            "model": self.model, "requests": self.requests, "unmanaged": self.unmanaged,
+            "agentTokens": self.agent_tokens, "forwardedTokens": self.forwarded_tokens,
+            "forwardedShare": round(self.forwarded_tokens / self.agent_tokens, 4) if self.agent_tokens else None,
+            "inputTokens": self.input_tokens, "cacheReadTokens": self.cache_read_tokens,
+            "cacheWriteTokens": self.cache_write_tokens, "outputTokens": self.output_tokens,
+            "cacheHitRate": self.cache_hit_rate(), "compactions": self.compactions,
+            "compactedTokens": self.compacted_tokens,
+            "lastRequestAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_request)),
+        }
+
+
+class Stats:
+    """Every session's figures, in the proxy's memory."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, SessionStats] = {}
+        self.started = time.time()
+
+    def _session(self, session_id: str, agent_session: str | None = None) -> SessionStats:
+        found = self.sessions.get(session_id)
+        if found is None:
+            found = self.sessions[session_id] = SessionStats(session_id, agent_session or session_id.split("~")[0])
+        return found
+
+    def request(self, session_id: str, agent_session: str, provider: str, model: str | None, sent: int,
+                forwarded: int) -> None:
+        """A request forwarded with the assembled context: ``sent`` and ``forwarded`` body bytes."""
+        entry = self._session(session_id, agent_session)
+        entry.provider, entry.model = provider, model
+        entry.requests += 1
+        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        entry.forwarded_tokens += math.ceil(forwarded / BYTES_PER_TOKEN)
+        entry.last_request = time.time()
+
+    def unmanaged(self, agent_session: str, sent: int) -> None:
+        """A request forwarded as the agent sent it."""
+        entry = self._session(agent_session, agent_session)
+        entry.requests += 1
+        entry.unmanaged += 1
+        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        entry.last_request = time.time()
+
+    def usage(self, session_id: str, recorded: Recorded) -> None:
+        """The provider's usage of one answer."""
+        entry = self._session(session_id)
+        entry.answers += 1
+        entry.input_tokens += recorded.input_tokens or 0
+        entry.output_tokens += recorded.output_tokens or 0
+        entry.cache_read_tokens += recorded.cache_read_tokens or 0
+        entry.cache_write_tokens += recorded.cache_write_tokens or 0
+
+    def compacted(self, session_id: str, before: int, after: int) -> None:
+        """A compaction of a session this proxy works on (context/didCompact)."""
+        if session_id not in self.sessions:
+            return
+        entry = self.sessions[session_id]
+        entry.compactions += 1
+        entry.compacted_tokens += max(0, before - after)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """Every session, the most recently used first."""
+        ordered = sorted(self.sessions.values(), key=lambda entry: entry.last_request, reverse=True)
+        return [entry.as_json() for entry in ordered]

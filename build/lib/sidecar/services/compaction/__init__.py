@@ -1,0 +1,1 @@
+"""Compaction: planning passes, running summarizers, applying the results atomically."""

@@ -1,0 +1,335 @@
+"""Running compactions for the server: one at a time per session, hooks, progress, notifications, auto mode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+from protocol import errors as codes
+from protocol import methods
+from protocol.types import (
+    CompactParams,
+    CompactResult,
+    DidCompactParams,
+    RecordCompactionParams,
+    RecordCompactionResult,
+    Usage,
+    WillCompactParams,
+)
+from sidecar.rows import StorageFailure
+from sidecar.services.errors import SidecarError
+from sidecar.summarizers.base import Summarizer, SummarizerError
+from sidecar.wire import unstructure
+
+if TYPE_CHECKING:
+    from sidecar.services.compaction.engine import Outcome
+    from sidecar.services.model_tools.calls import Answerer
+    from sidecar.services.state import Sidecar
+
+log = logging.getLogger(__name__)
+
+class PeerRequestFailed(Exception):
+    """The client answered a request of the server's with an error."""
+
+
+class CompactionPeer(Protocol):
+    """What the runner needs of the connection it serves; the RPC layer's server provides it."""
+
+    @property
+    def sidecar(self) -> Sidecar: ...
+
+    def notify_in_order(self, method: str, params: Any) -> None:
+        """Send a notification after the replies already queued."""
+
+    def push_session_usage(self, usage: Usage) -> None:
+        """Send the session's usage to this client and every other one following the session."""
+
+    def notify_session(self, session_id: str, method: str, params: Any) -> None:
+        """Send a notification about a session to this client and every other one following it, in order."""
+
+    async def ask(self, method: str, params: Any, timeout: float) -> Any:
+        """A request to the client; TimeoutError, or PeerRequestFailed when it answers an error."""
+
+    def begin_progress(self, token: Any, title: str, message: str, on_cancel: Callable[[], None]) -> None:
+        """Start $/progress on the client's token; ``on_cancel`` runs if the client cancels it."""
+
+    def report_progress(self, token: Any, message: str, percentage: int) -> None:
+        """Report $/progress."""
+
+    def end_progress(self, token: Any, message: str) -> None:
+        """End $/progress."""
+
+    def settle_later(self) -> None:
+        """Checkpoint when requests pause."""
+
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task the server keeps until it ends."""
+
+
+class CompactionRunner:
+    """Starts compactions, manual and automatic, and tells the client about them."""
+
+    def __init__(self, server: CompactionPeer) -> None:
+        self.server = server
+        self.sidecar = server.sidecar
+        self._summarizer: Summarizer | None = None
+        self._summarizer_key: Any = None
+        self.calls: deque[float] = deque()
+
+    def summarizer(self) -> Summarizer:
+        """The summarizer for the current settings, rebuilt when they change."""
+        from sidecar.summarizers.llm import summarizer_from_settings
+
+        key = self.sidecar.settings.llm
+        if self._summarizer is None or key != self._summarizer_key:
+            self._summarizer = summarizer_from_settings(self.sidecar.settings.llm)
+            self._summarizer_key = key
+        return self._summarizer
+
+    def answerer(self) -> Answerer | None:
+        """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
+        from sidecar.services.model_tools.calls import Answerer
+
+        summarizer = self.summarizer()
+        complete = getattr(summarizer, "complete", None)
+        return None if complete is None else Answerer(complete, summarizer.window)  # type: ignore[attr-defined]
+
+    async def close(self) -> None:
+        """Release the summarizer's connections."""
+        closer = getattr(self._summarizer, "aclose", None)
+        if closer is not None:
+            await closer()
+
+    async def compact(self, params: CompactParams, trigger: str = "manual") -> CompactResult:
+        """Run one compaction; raises SidecarError with the protocol's codes."""
+        session_id = params.session_id
+        mode = params.mode or self.sidecar.settings.compaction.mode
+        if mode not in methods.COMPACTION_MODES:
+            raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
+        if self.sidecar.runtime.compacting(session_id):
+            raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
+        self.sidecar.session(session_id)
+        from sidecar.services.compaction.engine import Compaction, Outcome  # loaded with the first compaction
+
+        state = self.sidecar.runtime.of(session_id)
+        state.compacting = True
+        token = params.work_done_token
+        try:
+            summarizer = self.summarizer()
+            if summarizer.name == "openai":
+                await self._openai_imported()
+            compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
+                                    progress=self._progress_reporter(token, session_id))
+            session = compaction.load()
+            tokens_before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
+            supplied, cancelled = await self._ask_client(session_id, mode, trigger, tokens_before,
+                                                         compaction.message_count(), params.focus)
+            if cancelled:
+                return self._result(session_id, Outcome(False, mode, tokens_before, tokens_before,
+                                                        reason="cancelled by client"))
+            if token is not None:
+                self._begin_progress(token, mode)
+            try:
+                outcome = await compaction.run(supplied, tokens_before)
+                if outcome.compacted:
+                    state.note_compacted()
+                elif trigger == "auto":  # usage tells why until the context has grown enough to try again
+                    state.note_idle(session.context_count, outcome.reason or "")
+            except SummarizerError as error:
+                raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
+            except StorageFailure as error:
+                raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
+        finally:
+            state.compacting = False
+            if token is not None:
+                self._end_progress(token)
+            self._push_usage(session_id)
+        self._record_calls(outcome.calls)
+        log.info("compaction of %s (%s, %s): %s, %d -> %d tokens, %d calls, %.1f ms in the database",
+                 session_id, outcome.mode, trigger, "done" if outcome.compacted else outcome.reason,
+                 outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
+        if outcome.compacted:
+            self.server.settle_later()
+            # After the usage pushed above, so a client that reacts to didCompact already has the new usage.
+            self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+                session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
+                summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
+                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
+        return self._result(session_id, outcome)
+
+    async def record(self, params: RecordCompactionParams, upto: int | None = None) -> RecordCompactionResult:
+        """Store a compaction the agent made itself (memory/recordCompaction, or one found in its transcript).
+
+        Its summary becomes a handoff summary, summarized by ``params.source``, in place of the context up to position
+        ``upto`` (all of it when None); announced with context/didCompact and its ``source``. Recorded once: a record
+        with the id or the text of one recorded before changes nothing.
+        """
+        from sidecar.rows import AgentCompactionRow, utcnow
+        from sidecar.services.compaction import recorded
+        from sidecar.services.compaction.engine import Compaction
+
+        recorded.check(params)
+        session_id = params.session_id
+        self.sidecar.session(session_id)
+        text = recorded.fold(params.summary)
+        found = recorded.recorded_before(self.sidecar.store().agent_compactions(session_id), params.id, text)
+        if found is not None:
+            return self._recorded(session_id, False, found.summary_id, "this compaction is recorded already")
+        if self.sidecar.runtime.compacting(session_id):
+            raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
+                               "record this one after it")
+        state = self.sidecar.runtime.of(session_id)
+        state.compacting = True
+        try:
+            compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
+            session = compaction.load()
+            before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
+            row = AgentCompactionRow(summary_id="", compaction_id=params.id, source=params.source.strip(),
+                                     trigger=params.trigger, text=text, recorded_at=utcnow())
+            try:
+                outcome = await compaction.record(row, params.summary, upto, before)
+            except StorageFailure as error:
+                raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
+        finally:
+            state.compacting = False
+            self._push_usage(session_id)
+        if not outcome.compacted:
+            return self._recorded(session_id, False, None, outcome.reason)
+        log.info("%s's own compaction of %s recorded: %d -> %d tokens", row.source, session_id,
+                 outcome.tokens_before, outcome.tokens_after)
+        self.server.settle_later()
+        self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
+            session_id=session_id, mode="handoff", trigger=params.trigger or "manual", summary_ids=outcome.summary_ids,
+            tokens_before=outcome.tokens_before, tokens_after=outcome.tokens_after,
+            tokens_rewritten=outcome.tokens_rewritten, source=row.source)))
+        return self._recorded(session_id, True, outcome.summary_ids[0], None)
+
+    def _recorded(self, session_id: str, recorded: bool, summary_id: str | None, reason: str | None
+                  ) -> RecordCompactionResult:
+        usage = self.sidecar.usage(self.sidecar.session(session_id))
+        return RecordCompactionResult(recorded=recorded, summary_id=summary_id, usage=usage, reason=reason)
+
+    @staticmethod
+    async def _openai_imported() -> None:
+        """Wait, off the event loop, for openai's import, which initialize starts in a thread."""
+        # Until it ends, that thread takes the GIL from every database call of the compaction (several ms
+        # each), and the first summarizer call would block the loop on the import lock anyway.
+        with contextlib.suppress(ImportError):
+            await asyncio.to_thread(importlib.import_module, "openai")
+
+    def _result(self, session_id: str, outcome: Outcome) -> CompactResult:
+        usage = self.sidecar.usage(self.sidecar.session(session_id))
+        return CompactResult(compacted=outcome.compacted, mode=outcome.mode, summary_ids=outcome.summary_ids,
+                             tokens_before=outcome.tokens_before, tokens_after=outcome.tokens_after,
+                             rounds=outcome.rounds, usage=usage, reason=outcome.reason, summary=outcome.summary)
+
+    async def _ask_client(self, session_id: str, mode: str, trigger: str, tokens: int, count: int,
+                          focus: str | None) -> tuple[str | None, bool]:
+        """context/willCompact, for clients that declared compactionHooks: (supplied summary, cancelled)."""
+        if not self.sidecar.compaction_hooks:
+            return None, False
+        params = unstructure(WillCompactParams(session_id=session_id, mode=mode, trigger=trigger,  # type: ignore
+                                               tokens_before=tokens, message_count=count, focus=focus))
+        timeout = self.sidecar.settings.compaction.hook_timeout_seconds
+        try:
+            answer = await self.server.ask(methods.CONTEXT_WILL_COMPACT, params, timeout)
+        except TimeoutError:
+            log.info("context/willCompact got no answer in %g s; proceeding", timeout)
+            return None, False
+        except PeerRequestFailed as error:
+            log.warning("context/willCompact failed (%s); proceeding", error)
+            return None, False
+        if not isinstance(answer, dict):
+            return None, False
+        if answer.get("action") == "cancel":
+            return None, True
+        summary = answer.get("summary")
+        return (summary if isinstance(summary, str) and summary.strip() else None), False
+
+    def _progress_reporter(self, token: Any, session_id: str) -> Callable[[int, int], None]:
+        announced = False
+
+        def report(done: int, planned: int) -> None:
+            nonlocal announced
+            if not announced:
+                # Only now is there work: a compaction with nothing to do never shows 'compacting'.
+                announced = True
+                self._push_usage(session_id)
+            if token is None:
+                return
+            percentage = int(100 * done / planned) if planned else 0
+            self.server.report_progress(token, f"{done}/{planned} summaries", percentage)
+
+        return report
+
+    def _begin_progress(self, token: Any, mode: str) -> None:
+        task = asyncio.current_task()
+
+        def cancel() -> None:
+            # window/workDoneProgress/cancel cancels this compaction like $/cancelRequest would.
+            if task is not None:
+                task.cancel()
+
+        self.server.begin_progress(token, "Compacting context", f"{mode} compaction", on_cancel=cancel)
+
+    def _end_progress(self, token: Any) -> None:
+        self.server.end_progress(token, "done")
+
+    def _push_usage(self, session_id: str) -> None:
+        session = self.sidecar.store().session(session_id)
+        if session is not None:
+            self.server.push_session_usage(self.sidecar.usage(session))
+
+    # Automatic compaction
+
+    def _record_calls(self, count: int) -> None:
+        now = time.monotonic()
+        self.calls.extend([now] * count)
+
+    def calls_last_minute(self) -> int:
+        """Summarizer calls made in the last 60 s."""
+        horizon = time.monotonic() - 60
+        while self.calls and self.calls[0] < horizon:
+            self.calls.popleft()
+        return len(self.calls)
+
+    def maybe_auto(self, session_id: str, usage: Usage) -> None:
+        """Start a background compaction when the session is over its threshold and nothing holds it back."""
+        settings = self.sidecar.settings.compaction
+        if not settings.automatic or usage.tokens < usage.threshold:
+            return
+        state = self.sidecar.runtime.get(session_id)
+        if state is not None and (state.compacting or state.backed_off(time.monotonic())):
+            return
+        session = self.sidecar.store().session(session_id)
+        if session is None:
+            return
+        idle = state.idle_at if state is not None else None
+        if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
+            return
+        limit = self.sidecar.settings.llm.max_calls_per_minute
+        if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
+            log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
+            return
+        self.server.run_in_background(self._auto(session_id))
+
+    async def _auto(self, session_id: str) -> None:
+        mode = self.sidecar.settings.compaction.mode
+        try:
+            await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic())
+            message = error.message if isinstance(error, SidecarError) else repr(error)
+            log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s",
+                        session_id, delay, message)
+            self._push_usage(session_id)
+            return
+        self.sidecar.runtime.of(session_id).clear_backoff()

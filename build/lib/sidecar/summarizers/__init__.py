@@ -1,0 +1,1 @@
+"""Summarizers: the OpenAI-compatible one and the deterministic fallback."""

@@ -1,0 +1,153 @@
+"""``context-sidecar proxy``: the HTTP proxy that assembles every prompt of an unmodified agent."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8787
+HOST = "127.0.0.1"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The proxy's own options (``wrap`` takes them too)."""
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+                        help=f"port on {HOST} to listen on (default {DEFAULT_PORT}; 0: any free port)")
+    parser.add_argument("--settings", metavar="FILE", type=settings_file,
+                        help="a file holding a JSON object of settings, as initialize's options take them "
+                             "(contextWindow, models, compaction, prune, llm …); inline JSON works too")
+    parser.add_argument("--anthropic-upstream", metavar="URL", default=None,
+                        help="where Anthropic Messages requests go (default https://api.anthropic.com)")
+    parser.add_argument("--openai-upstream", metavar="URL", default=None,
+                        help="where OpenAI Responses and Chat Completions requests go, with its version "
+                             "(default https://api.openai.com/v1)")
+    parser.add_argument("--no-share", dest="share", action="store_false", default=True,
+                        help="the sidecar opens the database itself instead of sharing it through its host")
+
+
+def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``proxy``."""
+    proxy = commands.add_parser(
+        "proxy", parents=[common], help="assemble every prompt of an agent, as an HTTP proxy",
+        description="Listen on 127.0.0.1 for the Anthropic Messages API (POST /v1/messages, count_tokens), the "
+                    "OpenAI Responses API (POST /v1/responses) and Chat Completions (POST /v1/chat/completions). "
+                    "Each request's new messages are stored through the shared host, the conversation is replaced "
+                    "by the sidecar's assembled context (within the model's window, compacted history as "
+                    "summaries), and the answer streams back unchanged while it is recorded. Other requests pass "
+                    "through. GET /stats shows, per session, the tokens the agent sent against those forwarded, "
+                    "the cache hit rate and compactions (also: context-sidecar status). API keys pass through from "
+                    "the agent's headers and are never stored or logged. Ctrl-C stops it.")
+    add_options(proxy)
+
+
+def settings_file(path: str) -> dict[str, Any]:
+    """``--settings``: a JSON object in a file (or given inline, or as @FILE, as other commands take it), or
+    argparse's error (exit 2)."""
+    try:
+        text = path if path.lstrip().startswith("{") else \
+            Path(path.removeprefix("@")).expanduser().read_text(encoding="utf-8")
+        data = json.loads(text)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(f"{path} must hold a JSON object of settings")
+    return data
+
+
+@attrs.define
+class ProxyOptions:
+    """What the proxy is started with."""
+
+    port: int = DEFAULT_PORT
+    db: str | None = None
+    settings: dict[str, Any] | None = None
+    anthropic_upstream: str | None = None
+    openai_upstream: str | None = None
+    share: bool = True
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ProxyOptions:
+        """From parsed command-line options."""
+        return cls(args.port, getattr(args, "db", None), args.settings, args.anthropic_upstream,
+                   args.openai_upstream, args.share)
+
+
+@contextlib.asynccontextmanager
+async def running(options: ProxyOptions) -> AsyncIterator[Any]:
+    """A listening proxy (its ``App``, with ``port`` set), stopped at the end of the block."""
+    from sidecar.client import SidecarClient
+    from sidecar.config.settings import read_settings
+    from sidecar.proxy.adapters.anthropic import AnthropicAdapter
+    from sidecar.proxy.adapters.chat import ChatAdapter
+    from sidecar.proxy.adapters.responses import ResponsesAdapter
+    from sidecar.proxy.app import App, Upstreams
+    from sidecar.proxy.core import Proxy
+    from sidecar.proxy.http import start_server
+    from sidecar.proxy.stats import Stats
+    from sidecar.proxy.upstream import Upstream
+
+    settings, problems = read_settings(options.settings)
+    for problem in problems:
+        log.warning("--settings: %s", problem)
+    command = [sys.executable, "-m", "sidecar", *([] if options.share else ["--no-share"])]
+    client = await SidecarClient.spawn(command, db=options.db, settings=options.settings)
+    upstream = Upstream()
+    anthropic = AnthropicAdapter()
+    adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
+                "POST /v1/responses": ResponsesAdapter(), "POST /v1/chat/completions": ChatAdapter()}
+    upstreams = Upstreams()
+    upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
+    upstreams.openai = options.openai_upstream or upstreams.openai
+    app = App(Proxy(client, settings, Stats()), upstream, upstreams, adapters,
+              client.capabilities.get("storage"))
+    try:
+        server = await start_server(app.handle, HOST, options.port)
+    except BaseException:
+        await upstream.close()
+        await client.close()
+        raise
+    app.port = server.sockets[0].getsockname()[1]
+    try:
+        yield app
+    finally:
+        server.close()
+        await upstream.close()
+        await client.close()
+
+
+def run_proxy(options: ProxyOptions) -> int:
+    """Serve until Ctrl-C or SIGTERM; exit 0, or 1 when it cannot start."""
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            async with running(options) as app:
+                print(f"context-sidecar proxy: listening on http://{HOST}:{app.port} (storage {app.storage}); "
+                      f"Anthropic → {app.upstreams.anthropic}, OpenAI → {app.upstreams.openai}", file=sys.stderr,
+                      flush=True)
+                await stop.wait()
+        except OSError as error:
+            print(f"context-sidecar proxy: cannot listen on {HOST}:{options.port}: {error.strerror or error}",
+                  file=sys.stderr)
+            return 1
+        print("context-sidecar proxy: stopped", file=sys.stderr)
+        return 0
+
+    return asyncio.run(main())

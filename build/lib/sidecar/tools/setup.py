@@ -1,0 +1,230 @@
+"""``context-sidecar setup claude-code|codex``: the memory tools (and Claude Code's hooks) in the agent's own config.
+
+Every file is read and edited in memory first; if any cannot be edited safely (not valid JSON or TOML, a key of
+another type than the agent reads), nothing is written. Each file is then replaced at once (a new file renamed
+over it, its mode kept), so the agent never reads half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import shutil
+import sys
+import tempfile
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import attrs
+
+from sidecar.agents import locations
+from sidecar.tools import agent_config
+from sidecar.tools.agent_config import SERVER, ConfigError
+from sidecar.tools.jsonedit import loads, new_document
+from sidecar.tools.tomledit import TomlEditError
+
+AGENTS = ("claude-code", "codex")
+Edit = Callable[[str, str], tuple[str, list[str]]]
+"""(text, the file's name in messages) -> (new text, what was done)."""
+
+
+class SetupError(Exception):
+    """Setup cannot go on; the message says why and what to do."""
+
+
+@attrs.define
+class Change:
+    """One config file: its text before and after (None: no such file), and what changed, in words."""
+
+    path: Path
+    before: str | None
+    after: str | None
+    done: list[str]
+    private: bool
+    """Created readable by its owner only (a user config; a project's files follow the umask)."""
+
+
+def command_path() -> str:
+    """The absolute path of this ``context-sidecar`` command, as the agents are to start it."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == SERVER and argv0.is_file():
+        return str(argv0.absolute())
+    beside = Path(sys.executable).parent / SERVER  # python -m sidecar in the same environment
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(SERVER)
+    if found:
+        return str(Path(found).absolute())
+    raise SetupError(f"cannot find the {SERVER} command (install the package so that it is on PATH)")
+
+
+def claude_files(env: Mapping[str, str], project: Path | None) -> tuple[Path, Path]:
+    """(where Claude Code reads MCP servers, its settings file), of the user or of a project."""
+    if project is not None:
+        return project / ".mcp.json", project / ".claude" / "settings.json"
+    return locations.claude_user_config(env), locations.claude_settings(env)
+
+
+def codex_file(env: Mapping[str, str], project: Path | None) -> Path:
+    """Codex's config.toml: the user's, or a project's ``.codex/config.toml``."""
+    return project / ".codex" / "config.toml" if project is not None else locations.codex_config(env)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SetupError(f"cannot read {path}: {error}") from None
+
+
+def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool) -> Change:
+    """``edit`` applied to the file's text (or, when there is none and something is to be added, to an empty one)."""
+    before = _read(path)
+    if before is None and remove:
+        return Change(path, None, None, [], private)
+    empty = new_document({}) if kind == "JSON" else ""
+    try:
+        if kind == "JSON" and before is not None:
+            loads(before)
+        after, done = edit(before if before is not None else empty, str(path))
+    except (ConfigError, TomlEditError) as error:
+        raise SetupError(f"{path}: {error}") from None
+    except ValueError as error:  # json.JSONDecodeError
+        raise SetupError(f"{path} is not valid {kind} ({error})") from None
+    if before is None and not done:
+        return Change(path, None, None, [], private)
+    if remove and after.strip() in ("{}", ""):
+        after_text: str | None = None  # nothing else in it: the file goes, as it was before setup
+    else:
+        after_text = after
+    return Change(path, before, after_text, done, private)
+
+
+def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool, command: str,
+         db: str | None) -> list[Change]:
+    """What setup would change, every file checked first."""
+    private = project is None
+    if agent == "claude-code":
+        mcp_path, settings_path = claude_files(env, project)
+        return [
+            _edit(mcp_path, lambda text, name: agent_config.claude_mcp(text, name, command, db, remove),
+                  "JSON", remove, private),
+            _edit(settings_path, lambda text, name: agent_config.claude_settings(
+                text, name, command, db, remove, project is not None), "JSON", remove, private),
+        ]
+    path = codex_file(env, project)
+    return [_edit(path, lambda text, _: agent_config.codex_server(text, command, db, remove), "TOML", remove,
+                  private)]
+
+
+def write(change: Change) -> None:
+    """Replace (or create, or delete) the file at once; its mode is kept."""
+    path = Path(os.path.realpath(change.path))  # a symlinked dotfile keeps its link
+    if change.after is None:
+        path.unlink(missing_ok=True)
+        if path.parent.name in (".claude", ".codex"):
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # the agent's folder setup created for it, now empty (never one holding anything)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o600 if change.private else 0o666 & ~_umask()
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(change.after)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def diff(change: Change) -> str:
+    """The change as a unified diff."""
+    before = (change.before or "").splitlines(keepends=True)
+    after = (change.after or "").splitlines(keepends=True)
+    lines = difflib.unified_diff(before, after, fromfile=str(change.path) if change.before is not None else "/dev/null",
+                                 tofile=str(change.path) if change.after is not None else "/dev/null")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def notes(agent: str, env: Mapping[str, str], project: Path | None) -> list[str]:
+    """What else the agent needs before it uses a project's files."""
+    if project is None:
+        return []
+    where = os.path.realpath(project)
+    if agent == "claude-code":
+        config, _ = claude_files(env, None)
+        try:
+            trusted = loads(config.read_text(encoding="utf-8"))[0].get("projects", {}).get(where, {})
+            if trusted.get("hasTrustDialogAccepted"):
+                return []
+        except (OSError, ValueError, AttributeError):
+            pass
+        return [f"Claude Code reads a project's .mcp.json and .claude/settings.json only in a folder you trust: "
+                f"run `claude` in {where} once and accept."]
+    try:
+        projects = tomllib.loads(codex_file(env, None).read_text(encoding="utf-8")).get("projects", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        projects = {}
+    folders = [where, *map(str, Path(where).parents)]
+    if any(isinstance(projects.get(f), dict) and projects[f].get("trust_level") == "trusted" for f in folders):
+        return []
+    return [f"Codex reads .codex/config.toml only in a trusted project: trust {where} when Codex asks, "
+            f"or run `context-sidecar setup codex` for the user config."]
+
+
+def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: str | None) -> int:
+    """The command; 0 when everything is (or would be) in place, 1 when nothing could be changed."""
+    env = os.environ
+    scope = Path(project).resolve() if project is not None else None
+    where = f"project {scope}" if scope else "user config"
+    title = f"context-sidecar setup {agent}{' --remove' if remove else ''} ({where})"
+    try:
+        if scope is not None and not scope.is_dir():
+            raise SetupError(f"no folder {scope}")
+        command = command_path()
+        changes = plan(agent, env, scope, remove, command, os.path.abspath(db) if db else None)
+    except SetupError as error:
+        print(f"{title}: {error}; nothing was changed", file=sys.stderr)
+        return 1
+    print(f"{title}:")
+    for change in changes:
+        if not change.done:
+            state = "no such file" if change.before is None else "nothing of context-sidecar's" if remove \
+                else "already set up"
+            print(f"  {change.path}: {state}, unchanged")
+            continue
+        print(f"  {change.path}: {'; '.join(change.done)}" + ("; file removed" if change.after is None else ""))
+        if dry_run:
+            print("".join(f"    {line}" for line in diff(change).splitlines(keepends=True)), end="")
+    if dry_run:
+        print("Dry run: nothing was written.")
+        return 0
+    written: list[Path] = []
+    try:
+        for change in changes:
+            if change.done:
+                write(change)
+                written.append(change.path)
+    except OSError as error:
+        print(f"{title}: cannot write {error.filename or ''}: {error.strerror or error}"
+              + (f" (written before it: {', '.join(map(str, written))})" if written else "; nothing was changed"),
+              file=sys.stderr)
+        return 1
+    for note in notes(agent, env, scope) if not remove else []:
+        print(f"Note: {note}")
+    return 0

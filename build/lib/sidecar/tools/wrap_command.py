@@ -1,0 +1,153 @@
+"""``context-sidecar wrap [proxy options] claude|codex -- ARGS…``: run an agent through the proxy."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sidecar.tools.proxy_command import HOST, ProxyOptions, add_options, running
+from sidecar.tools.tomledit import value_text
+
+log = logging.getLogger(__name__)
+
+AGENTS = ("claude", "codex")
+PROVIDER = "context-sidecar"
+"""The Codex model provider a wrapped run uses (``-c`` overrides: the user's config.toml is not touched)."""
+
+
+def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``wrap``."""
+    wrap = commands.add_parser(
+        "wrap", parents=[common], help="run Claude Code or Codex through the proxy",
+        usage="context-sidecar wrap [proxy options] {claude,codex} -- ARGS...",
+        description="Start the proxy (or use the one already listening on --port), run the agent with its base URL "
+                    "pointed at it, and stop what was started when the agent exits, with the agent's exit status. "
+                    "claude: ANTHROPIC_BASE_URL. codex: a model provider for this run only, given with -c (the "
+                    "active provider's settings, its base URL at the proxy; the proxy's OpenAI upstream is that "
+                    "provider's base URL unless --openai-upstream says otherwise); config.toml is not changed. "
+                    "The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so "
+                    "that the agent has the terminal to itself.")
+    add_options(wrap)
+    wrap.add_argument("agent", choices=AGENTS, help="the agent to run (found on PATH)")
+    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="the agent's own arguments")
+
+
+def default_log() -> Path:
+    """Where a wrapped run's proxy logs: proxy.log in the per-user log directory."""
+    import platformdirs
+
+    return Path(platformdirs.user_log_dir("context-sidecar", appauthor=False)) / "proxy.log"
+
+
+def running_proxy(port: int) -> dict[str, Any] | None:
+    """The figures of a context-sidecar proxy listening on ``port``, None when none answers there."""
+    if not port:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/stats", timeout=2) as response:
+            stats = json.loads(response.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return stats if isinstance(stats, dict) and stats.get("server") == "context-sidecar proxy" else None
+
+
+def codex_provider(env: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """The active Codex provider's base URL and its settings, from $CODEX_HOME/config.toml (read only)."""
+    import tomllib
+
+    home = Path(env.get("CODEX_HOME") or Path(env.get("HOME") or Path.home()) / ".codex")
+    try:
+        config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        config = {}
+    name = config.get("model_provider") or "openai"
+    provider = dict((config.get("model_providers") or {}).get(name) or {})
+    if not provider and name == "openai":
+        provider = {"env_key": "OPENAI_API_KEY"}
+    return provider.pop("base_url", None), provider
+
+
+def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
+                  provider: dict[str, Any]) -> list[str]:
+    """The agent's command line, pointed at the proxy (``env`` is updated in place)."""
+    binary = shutil.which(agent, path=env.get("PATH"))
+    if binary is None:
+        raise FileNotFoundError(f"{agent} is not on PATH")
+    if agent == "claude":
+        env["ANTHROPIC_BASE_URL"] = url
+        return [binary, *args]
+    entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/v1"}
+    overrides = ["-c", f"model_provider={json.dumps(PROVIDER)}",
+                 "-c", f"model_providers.{PROVIDER}={value_text(entry)}"]
+    return [binary, *overrides, *args]
+
+
+def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: bool) -> int:
+    """Run the agent through a proxy; returns its exit status (128 + N when a signal ended it)."""
+    if args[:1] == ["--"]:
+        args = args[1:]
+    env = dict(os.environ)
+    provider: dict[str, Any] = {}
+    if agent == "codex":
+        base, provider = codex_provider(env)
+        if options.openai_upstream is None and base:
+            options.openai_upstream = base
+
+    async def main() -> int:
+        found = running_proxy(options.port)
+        if found is not None:
+            if options.db is not None and found.get("storage") != options.db:
+                print(f"context-sidecar wrap: the proxy on port {options.port} uses {found.get('storage')}, not "
+                      f"{options.db}; stop it or choose another --port", file=sys.stderr)
+                return 2
+            return await run_agent(agent, args, f"http://{HOST}:{options.port}", env, provider)
+        if not port_given:
+            options.port = 0 if _taken(options.port) else options.port
+        async with running(options) as app:
+            return await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
+
+    try:
+        return asyncio.run(main())
+    except FileNotFoundError as error:
+        print(f"context-sidecar wrap: {error}", file=sys.stderr)
+        return 127
+    except OSError as error:
+        print(f"context-sidecar wrap: cannot listen on {HOST}:{options.port}: {error.strerror or error}",
+              file=sys.stderr)
+        return 1
+
+
+def _taken(port: int) -> bool:
+    """Whether something (not our proxy) listens on the port."""
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex((HOST, port)) == 0
+
+
+async def run_agent(agent: str, args: list[str], url: str, env: dict[str, str], provider: dict[str, Any]) -> int:
+    """Run the agent on the terminal; Ctrl-C is the agent's to handle (the wrapper waits for it)."""
+    command = agent_command(agent, args, url, env, provider)
+    loop = asyncio.get_running_loop()
+    process = await asyncio.create_subprocess_exec(*command, env=env)
+    loop.add_signal_handler(signal.SIGINT, lambda: None)  # the terminal sends it to the agent too
+    loop.add_signal_handler(signal.SIGTERM, lambda: process.send_signal(signal.SIGTERM))
+    try:
+        code = await process.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signum)
+    return 128 - code if code < 0 else code
