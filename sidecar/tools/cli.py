@@ -100,11 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", parents=[common_options(replay_db, command=True)], help="replay a transcript turn by turn",
         description="Parse the transcript here, spawn a real sidecar on --db (default: a fresh temporary database, "
                     "removed afterwards) with auto-compaction on, and feed it turn by turn as an agent would: "
-                    "ingest the user message, context/assemble, ingest the rest of the turn, report the provider "
-                    "usage the transcript recorded. Prints a timeline (usage, state changes, compactions) and a "
-                    "summary table, with the prompt cache figures: the share of each turn's prompt that repeats the "
-                    "previous prompt's leading messages byte for byte (billed as a cache read, the rest as a cache "
-                    "write) and the input cost under --prices.")
+                    "ingest the user message, then per step context/assemble, report the provider usage the "
+                    "transcript recorded, ingest the step; each compaction ends before the next message, so a "
+                    "transcript gives the same timeline every run. Prints a timeline (usage, state changes, "
+                    "compactions) and a summary table, with the prompt cache figures: the share of each turn's "
+                    "prompt that repeats the previous prompt's leading messages byte for byte (billed as a cache "
+                    "read, the rest as a cache write) and the input cost under --prices.")
     replay.add_argument("file", metavar="FILE", help="transcript file, as for import")
     replay.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file "
                                                         "name); must be new in --db")
