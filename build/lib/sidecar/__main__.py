@@ -1,5 +1,0 @@
-"""Allow ``python -m sidecar``."""
-
-from sidecar.tools.cli import main
-
-raise SystemExit(main())

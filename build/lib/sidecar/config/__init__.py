@@ -1,1 +1,0 @@
-"""Settings, storage paths and the model table."""

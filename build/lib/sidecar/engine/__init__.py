@@ -1,1 +1,0 @@
-"""Pure engine logic: token estimates, message handling, assembly, usage. No I/O here."""

@@ -1,1 +1,0 @@
-"""Compaction: planning passes, running summarizers, applying the results atomically."""

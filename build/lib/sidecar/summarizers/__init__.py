@@ -1,1 +1,0 @@
-"""Summarizers: the OpenAI-compatible one and the deterministic fallback."""
