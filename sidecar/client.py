@@ -189,14 +189,8 @@ class SidecarClient:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and return its result; cancelling the awaiting task sends ``$/cancelRequest``."""
-        if self._closed is not None:
-            raise SidecarConnectionLost(self._closed.message)
-        msg_id = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[msg_id] = future
+        msg_id, future = await self._send(method, params)
         try:
-            self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-            await self._drain()
             return await future
         except asyncio.CancelledError:
             # Awaiting the future cancels it too; a reply would have set a result instead.
@@ -204,8 +198,31 @@ class SidecarClient:
                 with contextlib.suppress(Exception):
                     self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
             raise
-        finally:
-            self._pending.pop(msg_id, None)
+
+    async def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Send a request and return the future of its result without waiting for it.
+
+        Requests reach the server in the order they are sent, and it handles ``memory/ingest`` and
+        ``context/assemble`` in that order: a client may send an assemble right behind an ingest (one round trip).
+        """
+        return (await self._send(method, params))[1]
+
+    async def _send(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+        if self._closed is not None:
+            raise SidecarConnectionLost(self._closed.message)
+        msg_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = future
+        future.add_done_callback(lambda _: self._pending.pop(msg_id, None))
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        try:
+            await self._drain()
+        except BaseException:
+            if future.done() and not future.cancelled():
+                future.exception()  # the connection's loss is what is raised
+            future.cancel()
+            raise
+        return msg_id, future
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification."""

@@ -125,6 +125,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
         yield app
     finally:
         server.close()
+        await app.proxy.settle()
         await upstream.close()
         await client.close()
 
