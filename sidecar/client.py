@@ -189,14 +189,12 @@ class SidecarClient:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and return its result; cancelling the awaiting task sends ``$/cancelRequest``."""
-        msg_id, future = await self._send(method, params)
+        msg_id, future = self._start(method, params)
         try:
+            await self._drain()
             return await future
-        except asyncio.CancelledError:
-            # Awaiting the future cancels it too; a reply would have set a result instead.
-            if (future.cancelled() or not future.done()) and self._closed is None:
-                with contextlib.suppress(Exception):
-                    self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
+        except BaseException as error:
+            self._stop(msg_id, future, error)
             raise
 
     async def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
@@ -205,9 +203,16 @@ class SidecarClient:
         Requests reach the server in the order they are sent, and it handles ``memory/ingest`` and
         ``context/assemble`` in that order: a client may send an assemble right behind an ingest (one round trip).
         """
-        return (await self._send(method, params))[1]
+        msg_id, future = self._start(method, params)
+        try:
+            await self._drain()
+        except BaseException as error:
+            self._stop(msg_id, future, error)
+            raise
+        return future
 
-    async def _send(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+    def _start(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+        """Write a request; its id and the future of its result."""
         if self._closed is not None:
             raise SidecarConnectionLost(self._closed.message)
         msg_id = next(self._ids)
@@ -215,14 +220,18 @@ class SidecarClient:
         self._pending[msg_id] = future
         future.add_done_callback(lambda _: self._pending.pop(msg_id, None))
         self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        try:
-            await self._drain()
-        except BaseException:
-            if future.done() and not future.cancelled():
-                future.exception()  # the connection's loss is what is raised
-            future.cancel()
-            raise
         return msg_id, future
+
+    def _stop(self, msg_id: int, future: asyncio.Future[Any], error: BaseException) -> None:
+        """A request no longer awaited: cancelled (the server is told), or its connection lost."""
+        # Awaiting the future cancels it too; a reply would have set a result instead.
+        if isinstance(error, asyncio.CancelledError) and (future.cancelled() or not future.done()) \
+                and self._closed is None:
+            with contextlib.suppress(Exception):
+                self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
+        if future.done() and not future.cancelled():
+            future.exception()  # retrieved: what is raised is the caller's error
+        future.cancel()
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification."""
