@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 
@@ -174,3 +175,32 @@ async def test_every_message_of_the_pi_session_is_recoverable_after_full_compact
                     pending.append(("summary", child["id"]))
         assert recovered.keys() == originals.keys()
         assert all(recovered[key] == originals[key] for key in originals)
+
+
+async def test_changes_that_each_start_a_compaction_at_once_run_one_and_hold_back_none(tmp_path):
+    """Two ingests read together both find the session over its threshold before either's compaction starts: the
+    second finds the first running, which is no failure to back off from."""
+    from sidecar.client import SidecarClient
+
+    log = tmp_path / "server.log"
+    with FakeOpenAIServer() as llm:
+        llm.responder = lambda request: Reply(text="Summary of earlier work.")
+        settings = {"compaction": {"auto": True, "maxTokens": 3000, "keepRecentTokens": 0},
+                    "llm": {"baseUrl": llm.base_url, "model": "fake-model", "timeoutSeconds": 5}}
+        async with await SidecarClient.spawn(db=str(tmp_path / "a.duckdb"), settings=settings, stderr=log,
+                                             command=[sys.executable, "-m", "sidecar", "--no-share"]) as client:
+            compacted = client.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=20)
+            opening = [{"id": f"m{number}", "role": "user", "content": f"step {number} " + "work " * 50}
+                       for number in range(40)]
+            usage = (await client.ingest("s", opening)).usage
+            assert usage.threshold - 750 < usage.tokens < usage.threshold  # the next two cross it together
+            both = [await client.send(methods.MEMORY_INGEST, {"sessionId": "s", "messages": [
+                {"id": f"over{index}", "role": "user", "content": "more work " * 150}]}) for index in range(2)]
+            await asyncio.wait_for(asyncio.gather(*both), 20)
+            await compacted
+            again = client.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=20)
+            later = [{"id": f"later{index}", "role": "user", "content": f"later {index} " + "work " * 60}
+                     for index in range(40)]
+            await client.ingest("s", later)  # over the threshold again: compacted again, without waiting
+            await again
+    assert "auto-compaction of s failed" not in log.read_text()

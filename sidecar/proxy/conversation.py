@@ -48,6 +48,19 @@ class Branch:
     ends: list[int] = attrs.Factory(list)
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
+    asked: int | None = None
+    """The budget the context is assembled within (``core.asked``)."""
+    tokens: int = 0
+    over_budget: bool = False
+    """The previous context's tokens as the sidecar counts them, and whether it was over the budget."""
+    covered: int = 0
+    """How many units of ``ids`` the previous context holds (those after it were stored since)."""
+    epoch: int = 0
+    """Compactions of the session announced so far."""
+    prompt_epoch: int = 0
+    """``epoch`` when the previous context was asked for: a compaction since, and the host decides the next."""
+    checking: asyncio.Task[None] | None = None
+    """Taking the host's answers to the request sent ahead of them (``ahead``)."""
 
     def common(self, ids: Sequence[str]) -> int:
         """How many leading ids of ``ids`` are this path's."""
@@ -64,6 +77,7 @@ class Branch:
     def forget_prompt(self) -> None:
         """Ask for the whole context next time (after a rewrite or an error)."""
         self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
+        self.covered, self.tokens, self.over_budget = 0, 0, False
 
 
 @attrs.define(eq=False)
@@ -107,6 +121,10 @@ class Conversations:
 
     def __init__(self) -> None:
         self._items: collections.OrderedDict[str, Conversation] = collections.OrderedDict()
+
+    def all(self) -> list[Conversation]:
+        """Every conversation kept."""
+        return list(self._items.values())
 
     def get(self, session_id: str) -> Conversation:
         """The conversation, made if new."""

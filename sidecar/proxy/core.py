@@ -9,6 +9,7 @@ stored while the agent works on its next request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -24,6 +25,7 @@ from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
 from sidecar.engine.usage import reserve_for
+from sidecar.proxy import ahead
 from sidecar.proxy.adapters.base import Adapter, Recorded, Request, Unit, part_id, split_part_id, unit_id
 from sidecar.proxy.conversation import Branch, Conversation, Conversations
 from sidecar.proxy.render import render_context, spliced, unit_elements
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_MARKERS = 4
 """Anthropic's limit of cache breakpoints in one request, the agent's own included."""
 FORK_ATTEMPTS = 4
+MIN_SLACK = 64
+"""Tokens the budget may grow by before it is asked for anew (or a hundredth of it, when more)."""
 SETTLE_SECONDS = 10.0
 """How long stopping waits for answers still being stored."""
 
@@ -65,7 +69,11 @@ class Proxy:
         self.reader = Reader()
         self._unknown_models: set[str] = set()
         self._storing: set[asyncio.Task[None]] = set()
-        client.on_compact(lambda event: stats.compacted(event.session_id, event.tokens_before, event.tokens_after))
+        client.on_compact(self._on_compact)
+
+    def _on_compact(self, event: t.DidCompactParams) -> None:
+        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
+        self._compacted(event.session_id)
 
     def session_of(self, adapter: Adapter, request: Request, seen: Seen) -> str:
         """An id derived from the conversation's opening (its system prompt and first message, without cache
@@ -87,8 +95,12 @@ class Proxy:
             return Prepared(body, conversation, None, request.stream)
         budget = self.budget(request)
         try:
-            branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
-            forwarded = await self._assembled(adapter, request, branch, budget, assembling)
+            sent = await self._ahead(adapter, request, conversation, seen, budget)
+            if sent is not None:
+                branch, forwarded = sent
+            else:
+                branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
+                forwarded = await self._assembled(adapter, request, branch, budget, assembling)
         except SidecarRequestError as error:
             log.warning("session %s: forwarded as the agent sent it: %s", conversation.session_id, error)
             self.stats.unmanaged(conversation.session_id, len(body))
@@ -97,6 +109,26 @@ class Proxy:
                            len(forwarded))
         return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
 
+    async def _ahead(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
+                     budget: int) -> tuple[Branch, bytes] | None:
+        """The body sent ahead of the host (see ``ahead``) when the request only appends to its branch, its ingest
+        and assemble sent behind it; None when the host must answer first."""
+        branch, common = conversation.best(seen.ids)
+        if branch is None or not branch.ids or common != len(branch.ids):
+            return None
+        await _checked(branch)
+        units = ahead.pending(branch, seen.units, seen.ids, common)
+        planned = ahead.plan(adapter, branch, units, budget) if units is not None else None
+        if planned is None:
+            return None
+        planned.covered = len(seen.ids)
+        stored = await self._send_ingest(adapter, request, branch, seen.units, seen.ids, common, branch.last)
+        assembling = await self._send_assemble(branch, budget)
+        self._extend(branch, seen.units, seen.ids, common, stored[1] if stored is not None else branch.last)
+        branch.checking = asyncio.ensure_future(ahead.check(self.client, adapter, branch, planned,
+                                                            stored[0] if stored is not None else None, assembling))
+        return branch, self._finish(adapter, request, planned.elements, planned.ends, planned.breakpoints)
+
     async def count(self, adapter: Adapter, request: Request, seen: Seen, conversation: Conversation) -> Prepared:
         """count_tokens, nothing stored: the body with the context that would be sent when a branch holds the
         conversation so far (its new messages added as they are), else as the agent sent it."""
@@ -104,6 +136,7 @@ class Proxy:
         branch, common = conversation.best(seen.ids)
         if not seen.units or branch is None or not branch.ids or common != len(branch.ids):
             return Prepared(body, conversation, None)
+        await _checked(branch)
         try:
             forwarded = await self._assembled(adapter, request, branch, self.budget(request), None,
                                               seen.units[common:], seen.ids[common:])
@@ -118,6 +151,8 @@ class Proxy:
         one becomes a branch of its own. Returns the branch and the assemble's reply to come, if it was sent."""
         units, ids = seen.units, seen.ids
         branch, common = conversation.best(ids)
+        if branch is not None:
+            await _checked(branch)
         if branch is not None and common == len(branch.ids) and (branch.ids or not ids):
             stored = await self._send_ingest(adapter, request, branch, units, ids, common, branch.last)
             assembling = await self._send_assemble(branch, budget)
@@ -188,8 +223,15 @@ class Proxy:
 
     async def _send_assemble(self, branch: Branch, budget: int) -> asyncio.Future[Any]:
         """Send context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""
-        params = t.AssembleParams(branch.session_id, budget=math.floor(budget / branch.scale), since=branch.revision)
+        params = t.AssembleParams(branch.session_id, budget=asked(branch, budget), since=branch.revision)
         return await self.client.send(methods.CONTEXT_ASSEMBLE, unstructure(params))
+
+    def _compacted(self, session_id: str) -> None:
+        """A compaction of a session: the host decides its next context, not a request sent ahead."""
+        for conversation in self.conversations.all():
+            for branch in conversation.branches:
+                if branch.session_id == session_id:
+                    branch.epoch += 1
 
     @staticmethod
     def _last_part(adapter: Adapter, unit: Unit, uid: str) -> str:
@@ -219,9 +261,10 @@ class Proxy:
         branch keeps (the budget stays the same from request to request, so the prompt's prefix does too).
         """
         for attempt in range(2):
+            covered, epoch = len(branch.ids), branch.epoch
             if assembling is None:
                 assembling = await self._send_assemble(branch, budget)
-            result = await self._take_assembled(branch, budget, assembling)
+            result = await self._take_assembled(branch, budget, assembling, covered, epoch)
             assembling = None
             elements, ends = await render_context(self.client, adapter, branch, result)
             for unit, uid in zip(extra, extra_ids, strict=True):
@@ -233,27 +276,28 @@ class Proxy:
             log.info("session %s: the rendered context (%d tokens) is over the budget (%d): scale %.2f",
                      branch.session_id, rendered, budget, branch.scale)
             branch.forget_prompt()
-        own, marker = adapter.marker(request)
-        wanted = sorted({ends[index] for index in result.cache_breakpoints or () if 0 <= index < len(ends)})
-        room = max(0, MAX_MARKERS - own)
-        elements = adapter.finish(elements, wanted[len(wanted) - room:] if room else [], marker)
-        return spliced(request, elements)
+        return self._finish(adapter, request, elements, ends, result.cache_breakpoints or ())
 
-    async def _take_assembled(self, branch: Branch, budget: int, assembling: asyncio.Future[Any]) -> t.AssembleResult:
+    @staticmethod
+    def _finish(adapter: Adapter, request: Request, elements: list[bytes], ends: Sequence[int],
+                breakpoints: Sequence[int]) -> bytes:
+        """The body to forward: cache markers after the breakpoints (items) the agent's own leave room for."""
+        own, marker = adapter.marker(request)
+        wanted = sorted({ends[index] for index in breakpoints if 0 <= index < len(ends)})
+        room = max(0, MAX_MARKERS - own)
+        return spliced(request, adapter.finish(list(elements), wanted[len(wanted) - room:] if room else [], marker))
+
+    async def _take_assembled(self, branch: Branch, budget: int, assembling: asyncio.Future[Any], covered: int,
+                              epoch: int) -> t.AssembleResult:
         """The assemble's reply, kept as the branch's prompt; compacted first when even the fresh tail is over."""
         result = structure(await assembling, t.AssembleResult)
         if result.over_budget:
             log.info("session %s: over budget even at its fresh tail; compacting before sending", branch.session_id)
             await self.client.compact(branch.session_id, mode="full")
             branch.forget_prompt()
-            result = await self.client.assemble(branch.session_id, budget=math.floor(budget / branch.scale))
-        if result.delta and branch.revision is not None:
-            keep = result.keep or 0
-            branch.items = branch.items[:keep] + result.items
-            branch.messages = branch.messages[:keep] + result.messages
-        else:
-            branch.items, branch.messages = list(result.items), list(result.messages)
-        branch.revision = result.revision
+            epoch = branch.epoch
+            result = await self.client.assemble(branch.session_id, budget=asked(branch, budget))
+        ahead.take(branch, result, covered, epoch)
         return result
 
     async def record(self, adapter: Adapter, prepared: Prepared, recorded: Recorded) -> None:
@@ -302,6 +346,8 @@ class Proxy:
             log.info("session %s: answer not recorded (%s); the agent's next request brings it",
                      branch.session_id, error.message)
             async with conversation.lock:
+                await _checked(branch)
+                branch.forget_prompt()  # the next request waits for the host, which says where the session is
                 if branch.last == newest:
                     branch.ids, branch.last = list(prepared.ids), prepared.last
 
@@ -309,6 +355,27 @@ class Proxy:
         """Wait (a while at most) for the answers still being stored."""
         if self._storing:
             await asyncio.wait(set(self._storing), timeout=timeout)
+
+
+def asked(branch: Branch, budget: int) -> int:
+    """The budget to assemble the branch's context within: ``budget`` in the sidecar's tokens, kept the same while
+    the rest of the body changes only a little (a request streamed or not, another max_tokens), since another
+    budget is a rewrite of the context (the prompt's prefix moves)."""
+    wanted = math.floor(budget / branch.scale)
+    slack = max(MIN_SLACK, wanted // 100)
+    if branch.asked is None:
+        branch.asked = wanted
+    elif not branch.asked <= wanted <= branch.asked + slack:
+        branch.asked = max(wanted - slack // 2, 0)
+    return branch.asked
+
+
+async def _checked(branch: Branch) -> None:
+    """Wait until the host's answers to a request sent ahead are taken (``ahead.check`` handles their errors)."""
+    if branch.checking is not None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await branch.checking
+        branch.checking = None
 
 
 async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) -> str:

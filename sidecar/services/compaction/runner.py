@@ -329,13 +329,20 @@ class CompactionRunner:
             await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
         except asyncio.CancelledError:
             raise
+        except SidecarError as error:
+            if error.code == codes.COMPACTION_RUNNING:
+                return  # two changes started one each before either ran: the one running does the work
+            self._failed(session_id, error.message)
+            return
         except Exception as error:
-            _, delay = self.sidecar.auto_backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
-            delay = min(delay * 2, MAX_BACKOFF)
-            self.sidecar.auto_backoff[session_id] = (time.monotonic() + delay, delay)
-            message = error.message if isinstance(error, SidecarError) else repr(error)
-            log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s",
-                        session_id, delay, message)
-            self._push_usage(session_id)
+            self._failed(session_id, repr(error))
             return
         self.sidecar.auto_backoff.pop(session_id, None)
+
+    def _failed(self, session_id: str, message: str) -> None:
+        """An automatic compaction failed: the next one waits, twice as long after each failure."""
+        _, delay = self.sidecar.auto_backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
+        delay = min(delay * 2, MAX_BACKOFF)
+        self.sidecar.auto_backoff[session_id] = (time.monotonic() + delay, delay)
+        log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s", session_id, delay, message)
+        self._push_usage(session_id)
