@@ -1,13 +1,12 @@
 """The proxy: its overhead per request against the fake upstream called directly, and the pi session's input cost.
 
-Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer
-and a new user message) appended per request, as an agent resends it; the same requests to the fake directly
-and through the proxy (a process of its own, as users run it; auto-compaction off, so both send the same
-history), the two paths taking turns in blocks, non-streamed (whole reply) and streamed (time to the first
-byte). Cost: the pi session replayed as a Chat Completions agent, one request per model call of the transcript, through the
-proxy with default settings (it compacts), priced with the prompt-cache model of `context-sidecar replay`;
-against the same requests sent straight to the upstream, and against what the original agent paid as its
-transcript records it.
+Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer and a
+new user message) appended per request, as an agent resends it; the same requests to the fake directly and through
+the proxy (a process of its own, as users run it; auto-compaction off, so both send the same history), the two
+paths taking turns in blocks, non-streamed (whole reply) and streamed (time to the first byte). Cost: the pi
+session replayed as a Chat Completions agent, one request per model call of the transcript, through the proxy with
+default settings (it compacts), priced with the prompt-cache model of `context-sidecar replay`; against the same
+requests sent straight to the upstream, and against what the original agent paid as its transcript records it.
 """
 
 from __future__ import annotations
