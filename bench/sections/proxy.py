@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import math
-import re
-import signal
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import bench.core as core
 from bench.core import Bench, percentile, progress
 from sidecar.testing import FakeProvider, Reply, ToolCall
+from sidecar.testing.proxy_process import proxy_process
 from sidecar.tools.prompt_cache import PromptCache
 from sidecar.tools.proxy_command import ProxyOptions, running
 
@@ -93,30 +89,6 @@ async def _step(http: Any, url: str, messages: list[dict[str, Any]], stream: boo
     return (((first or done) if stream else done) - start) * 1000
 
 
-@contextlib.asynccontextmanager
-async def proxy_process(workdir: Path, fake: FakeProvider, settings: dict[str, Any]) -> AsyncIterator[str]:
-    """``context-sidecar proxy`` in a process of its own, as users run it (its sidecar ``--no-share``): its URL."""
-    argv = [sys.executable, "-m", "sidecar", "proxy", "--port", "0", "--no-share",
-            "--db", str(workdir / "proxy-overhead.duckdb"), "--log-file", str(workdir / "proxy-overhead.log"),
-            "--settings", json.dumps(settings), "--anthropic-upstream", fake.url, "--openai-upstream", fake.base_url]
-    process = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
-    assert process.stderr is not None
-    try:
-        line = await asyncio.wait_for(process.stderr.readline(), 60)
-        found = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", line)
-        if found is None:
-            raise RuntimeError(f"the proxy did not start: {line!r}")
-        yield found.group(1).decode()
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 async def overhead(bench: Bench, workdir: Path) -> None:
     """Proxy overhead per request, p50 and p99, plain and streamed."""
     import httpx2
@@ -124,8 +96,10 @@ async def overhead(bench: Bench, workdir: Path) -> None:
     tokens = 10_000 if bench.sizes.large < 10_000 else 100_000
     runs = bench.sizes.single // 3 if bench.sizes.large < 10_000 else bench.sizes.single
     with FakeProvider(responder=lambda request: Reply(text=_step_text(request))) as fake:
-        async with proxy_process(workdir, fake, OVERHEAD_SETTINGS) as proxy, \
-                httpx2.AsyncClient(timeout=120) as http:
+        args = ["--no-share", "--db", str(workdir / "proxy-overhead.duckdb"), "--log-file",
+                str(workdir / "proxy-overhead.log"), "--settings", json.dumps(OVERHEAD_SETTINGS),
+                "--anthropic-upstream", fake.url, "--openai-upstream", fake.base_url]
+        async with proxy_process(args) as (proxy, _), httpx2.AsyncClient(timeout=120) as http:
             for stream in (False, True):
                 name = "ttfb" if stream else "request"
                 progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct and proxied "

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from sidecar.proxy.jsontext import JsonTextError, Span, members, skip_space, value_at
+from sidecar.proxy.jsontext import JsonTextError, Span, elements, members, skip_space, value_at
 
 
 class BodyError(ValueError):
@@ -124,13 +124,13 @@ def _whole(raw: bytes, key: str) -> Body:
     text = _decode(raw, 0)
     found: list[Span] = []
 
-    def elements(text: str, index: int) -> tuple[Any, int]:
+    def conversation(text: str, index: int) -> tuple[Any, int]:
         if text[index:index + 1] != "[":
             return value_at(text, index)  # not an array: the adapter's check says so as the API would
-        return _elements(text, index + 1, found, opening=True)
+        return elements(text, index + 1, found, opening=True)
 
     try:
-        values, spans, end = members(text, skip_space(text, 0), {key: elements}, opening=True)
+        values, spans, end = members(text, skip_space(text, 0), {key: conversation}, opening=True)
     except JsonTextError as error:
         raise BodyError(f"the body is not valid JSON: {error}") from None
     if text[end:].strip():
@@ -161,13 +161,13 @@ def _continued(raw: bytes, previous: Body, reused: int) -> Body:
         index = skip_space(text, 0)
         separator = text[index:index + 1]
         if separator == ",":
-            new, end = _elements(text, index + 1, found, opening=False)
+            new, end = elements(text, index + 1, found, opening=False)
         elif separator == "]":
             new, end = [], index + 1
         else:
             raise BodyError("read whole")
         at = _Offsets(text, base)
-        elements = previous.elements[:reused] + [(at(a), at(b)) for a, b in found]
+        spans = previous.elements[:reused] + [(at(a), at(b)) for a, b in found]
         texts = [text[a:b] for a, b in found]
         stop = at(end)
         values = {name: previous.values[name] for name in previous.before}
@@ -182,25 +182,5 @@ def _continued(raw: bytes, previous: Body, reused: int) -> Body:
     except JsonTextError as error:
         raise BodyError(str(error)) from None  # read whole, which says where
     values.update(after)
-    return Body(raw, previous.key, values, (previous.span[0], stop), elements, texts, reused, previous,
+    return Body(raw, previous.key, values, (previous.span[0], stop), spans, texts, reused, previous,
                 previous.before, tuple(after))
-
-
-def _elements(text: str, index: int, found: list[Span], opening: bool) -> tuple[list[Any], int]:
-    """Array elements from ``index`` (after ``[``, or after a ``,``) to the closing ``]``: their values, and the index
-    after the array; each one's span goes to ``found``."""
-    values: list[Any] = []
-    index = skip_space(text, index)
-    if opening and text[index:index + 1] == "]":
-        return values, index + 1
-    while True:
-        value, end = value_at(text, index)
-        found.append((skip_space(text, index), end))
-        values.append(value)
-        index = skip_space(text, end)
-        separator = text[index:index + 1]
-        if separator == "]":
-            return values, index + 1
-        if separator != ",":
-            raise JsonTextError(f"expected ',' or ']' at character {index}")
-        index += 1

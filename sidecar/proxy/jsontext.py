@@ -95,21 +95,28 @@ def array_elements(text: str, start: int) -> tuple[list[Span], list[Any], int]:
     if text[index:index + 1] != "[":
         raise JsonTextError(f"expected an array at character {index}")
     spans: list[Span] = []
+    values, end = elements(text, index + 1, spans, opening=True)
+    return spans, values, end
+
+
+def elements(text: str, index: int, spans: list[Span], opening: bool) -> tuple[list[Any], int]:
+    """An array's elements from ``index``: after its ``[`` (``opening``), or after a ``,`` (at least one more
+    element), to its ``]``. Their values and the index after the array; each one's span is added to ``spans``."""
     values: list[Any] = []
-    index = skip_space(text, index + 1)
-    if text[index:index + 1] == "]":
-        return spans, values, index + 1
+    index = skip_space(text, index)
+    if opening and text[index:index + 1] == "]":
+        return values, index + 1
     while True:
         value, end = value_at(text, index)
-        spans.append((index, end))
+        spans.append((skip_space(text, index), end))
         values.append(value)
         index = skip_space(text, end)
         separator = text[index:index + 1]
         if separator == "]":
-            return spans, values, index + 1
+            return values, index + 1
         if separator != ",":
             raise JsonTextError(f"expected ',' or ']' at character {index}")
-        index = skip_space(text, index + 1)
+        index += 1
 
 
 def compact(value: Any) -> str:
