@@ -48,17 +48,25 @@ class Sizes:
     """Messages of the generated session the prompt-cache section replays."""
     cache_output_bytes: int = 8000
     """Bytes of each read or grep tool output in that session (about 2,000 tokens)."""
+    hook_transcript_bytes: int = 5_000_000
+    """Size of the Claude Code transcript the hooks section's PreCompact hook imports."""
+    hook_runs: int = 3
+    """Hook runs per figure (each cold one on a fresh database, with no host running)."""
 
 
 SIZES = {
     "full": Sizes(spawns=5, single=300, small=10_000, grep=100_000, large=1_000_000),
     "quick": Sizes(spawns=5, single=300, small=10_000, grep=100_000, large=100_000),
     "tiny": Sizes(spawns=1, single=30, small=1_000, grep=3_000, large=3_000, assemble_runs=10, grep_runs=5,
-                  prune_runs=5, llm_delay=0.02, pi_messages=200, settle=0.1, cache_messages=120),
+                  prune_runs=5, llm_delay=0.02, pi_messages=200, settle=0.1, cache_messages=120,
+                  hook_transcript_bytes=200_000, hook_runs=1),
 }
 
 TARGETS: dict[str, tuple[str, float]] = {
     "init_ms": ("<=", 350),
+    "share_init_first_ms": ("<=", 350),
+    "hook_precompact_cold_s": ("<=", 2),
+    "hook_precompact_warm_s": ("<=", 2),
     "ingest_single_p50_ms": ("<=", 3),
     "ingest_batch_msgs_per_s": (">=", 10_000),
     "assemble_small_p50_ms": ("<=", 10),
@@ -89,9 +97,14 @@ TARGETS: dict[str, tuple[str, float]] = {
     "share_eight_ratio": (">=", 0.8),
     "share_lost_messages": ("<=", 0),
     "share_recovery_s": ("<=", 2),
+    "follow_small_lag_p50_ms": ("<=", 1000),
+    "follow_small_lag_max_ms": ("<=", 1000),
+    "follow_5mb_lag_p50_ms": ("<=", 1000),
+    "follow_5mb_lag_max_ms": ("<=", 1000),
     "proxy_request_overhead_p50_ms": ("<=", 5),
     "proxy_ttfb_overhead_p50_ms": ("<=", 5),
     "proxy_pi_cost_ratio": ("<=", 1.0),
+    "mcp_tools_list_p50_ms": ("<=", 300),
 }
 
 

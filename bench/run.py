@@ -25,7 +25,10 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
 from bench.core import SETTINGS, SIZES, TARGETS, Bench, merge, progress
 from bench.sections.compaction import compaction
 from bench.sections.delta import delta
+from bench.sections.follow_live import follow_live
 from bench.sections.grep_compacted import grep_compacted
+from bench.sections.hooks import hooks
+from bench.sections.mcp import mcp
 from bench.sections.prompt_cache import prompt_cache
 from bench.sections.proxy import proxy
 from bench.sections.pruning import pruning
@@ -46,7 +49,7 @@ from bench.traffic import conversation
 
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
     startup, serve, single_ingest, batch_ingest, large_load, assemble, delta, grep, pruning, memory, compaction,
-    prompt_cache, rule_retention, summarizer_window, grep_compacted, sharing, proxy,
+    prompt_cache, rule_retention, summarizer_window, grep_compacted, sharing, proxy, follow_live, mcp, hooks,
 ]
 """In order; compaction and the sections after it run their own servers, so the main server's peak memory
 is read before them."""

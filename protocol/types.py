@@ -14,8 +14,6 @@ import attrs
 Message = dict[str, Any]
 """An OpenAI Chat Completions message, kept verbatim (plus optional ``id`` and ``metadata``)."""
 
-Role = Literal["system", "user", "assistant", "tool"]
-ItemKind = Literal["message", "summary"]
 SummaryKind = Literal["leaf", "condensed", "handoff"]
 CompactionMode = Literal["incremental", "full", "handoff"]
 CompactionTrigger = Literal["manual", "auto"]
@@ -197,10 +195,13 @@ class GrepResult:
 class CallToolParams:
     """*Extension*: a memory tool call the model made, ``arguments`` being the JSON text it wrote."""
 
-    session_id: str
     name: str
     arguments: str
+    session_id: str | None = None
+    """The session the call reads; with ``workspace``, the agent's current session, if known."""
     tool_call_id: str | None = None
+    workspace: str | None = None
+    """*Extension*: read every session of this workspace (a directory), the current one first."""
 
 
 @attrs.define
@@ -339,7 +340,8 @@ class WatchedTranscript:
     agent: str
     """claude-code, codex, pi, or the format found in a directory named by ``directories``."""
     state: str
-    """``following``: imported and followed; ``waiting``: nothing to import yet; ``error``: see ``problem``."""
+    """``queued``: found, not read yet; ``following``: imported and followed; ``waiting``: nothing to import yet;
+    ``skipped``: another client stores its session (``problem`` says which); ``error``: see ``problem``."""
     session_id: str | None = None
     problem: str | None = None
 

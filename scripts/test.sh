@@ -21,6 +21,9 @@ fi
 run ruff .venv/bin/ruff check sidecar protocol tests bench examples
 run mypy .venv/bin/mypy
 run pytest .venv/bin/python -m pytest -q "$@"
+printf '\n== mcp-conformance\n'  # exit 2: skipped, no registry to install the suite from
+scripts/mcp-conformance.sh
+case $? in 0 | 2) ;; *) failed+=("mcp-conformance") ;; esac
 if [ -x editors/run-tests.sh ] && [ -z "${SKIP_EDITORS:-}" ]; then
     run editors editors/run-tests.sh
 fi

@@ -180,6 +180,11 @@ class SidecarClient:
         await self.close()
 
     @property
+    def closed(self) -> bool:
+        """Whether the connection is gone (closed, or the server exited): every request now fails at once."""
+        return self._closed is not None
+
+    @property
     def capabilities(self) -> dict[str, Any]:
         """``capabilities.experimental.contextSidecar`` of the initialize result."""
         experimental = self.initialize_result.get("capabilities", {}).get("experimental") or {}
@@ -290,10 +295,15 @@ class SidecarClient:
             await self.assemble(session_id, budget=0, tools=True)
         return list(self._tools or ())
 
-    async def call_tool(self, session_id: str, name: str, arguments: str,
-                        tool_call_id: str | None = None) -> dict[str, Any]:
-        """memory/callTool: run a memory tool call of the model; returns the ``tool`` message to append."""
-        params = t.CallToolParams(session_id, name, arguments, tool_call_id)
+    async def call_tool(self, session_id: str | None, name: str, arguments: str, tool_call_id: str | None = None,
+                        workspace: str | None = None) -> dict[str, Any]:
+        """memory/callTool: run a memory tool call of the model; returns the ``tool`` message to append.
+
+        With ``workspace`` the call reads every session of that directory, ``session_id`` (the current one, if
+        known) first.
+        """
+        params = t.CallToolParams(name, arguments, session_id=session_id, tool_call_id=tool_call_id,
+                                  workspace=workspace)
         return (await self._call(methods.MEMORY_CALL_TOOL, params, t.CallToolResult)).message
 
     async def assemble_kept(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,

@@ -156,6 +156,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def iso(moment: datetime | None) -> str | None:
+    """Stored naive-UTC time as ISO-8601 with a Z."""
+    return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"
+
+
 def prune_rule_key(placeholder_tokens: int, protected_tools: Iterable[str]) -> str:
     """A pruning rule as stored beside a session's running totals; ``prune_rule_parts`` reads it back."""
     return f"{placeholder_tokens}:{','.join(sorted(protected_tools))}"

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
+from tests.helpers.hosts import short_runtime
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
 """Each test's server opens its database itself; tests/test_sharing.py covers the shared default."""
@@ -134,6 +135,13 @@ async def running_sidecar(
             except TimeoutError:
                 server.kill()
         await client.stop()
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """An XDG_RUNTIME_DIR of the test's own for the hosts of shared databases, killed after the test."""
+    with short_runtime() as path:
+        yield path
 
 
 @pytest.fixture

@@ -71,7 +71,10 @@ def test_codex_compacted_line_and_pi_compaction_entry(tmp_path: Path) -> None:
         {**item, "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}},
         {**item, "payload": {"type": "message", "role": "assistant",
                              "content": [{"type": "output_text", "text": "b"}]}},
-        {"timestamp": "2026-11-20T09:00:02.000Z", "type": "compacted", "payload": {"message": "Codex summary."}},
+        {"timestamp": "2026-11-20T09:00:02.000Z", "type": "compacted", "payload": {"message": (
+            "Another language model started to solve this problem and produced a summary of its thinking process. "
+            "Here is the summary produced by the other language model, use the information in this summary to "
+            "assist with your own analysis:\nCodex summary."), "replacement_history": []}},
         {**item, "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "c"}]}},
     ])
     parsed = parse_transcript(rollout)

@@ -33,6 +33,11 @@ FIGURES = [
                                                                             "relay_ratio")),
     "share_init_alone_ms", "share_init_first_ms", "share_init_warm_ms",
     "share_one_msgs_per_s", "share_eight_msgs_per_s", "share_eight_ratio", "share_recovery_s",
+    *(f"follow_{size}_{what}" for size in ("small", "5mb")
+      for what in ("import_s", "lag_p50_ms", "lag_max_ms", "cpu_ms", "others_p50_ms", "others_max_ms")),
+    *(f"mcp_{what}_{stat}_ms" for what in ("tools_list", "first_call_cold", "first_call_warm")
+      for stat in ("p50", "max")),
+    "hook_precompact_cold_s", "hook_precompact_warm_s", "hook_sessionstart_warm_s",
 ]
 CACHE = [f"cache_{session}_{what}" for session in ("pi", "generated")
          for what in ("hit_rate", "cost", "off_hit_rate", "off_cost", "cost_ratio")]

@@ -174,9 +174,11 @@ async def test_server_dying_fails_pending_requests(tmp_path: Path) -> None:
     client = await SidecarClient.spawn(db=str(tmp_path / "d.duckdb"), stderr=str(tmp_path / "stderr.log"))
     assert client.process is not None
     os.kill(client.process.pid, signal.SIGSTOP)  # so the request is certainly pending when it dies
+    sent = asyncio.Event()
+    client.trace = lambda way, message: sent.set() if message.get("method") == methods.MEMORY_SESSIONS else None
     pending = asyncio.create_task(client.sessions())
     waiter = client.wait_for_notification(methods.CONTEXT_DID_CHANGE_USAGE, timeout=None)
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(sent.wait(), LIMIT)
     assert not pending.done()
     os.kill(client.process.pid, signal.SIGKILL)
     with pytest.raises(SidecarRequestError) as lost:

@@ -33,6 +33,8 @@ def entries(body: str) -> dict[str, object]:
     """``NAME: 'value'`` (TS) or ``NAME = 'value'`` (Lua) entries, strings or integers."""
     entry = r"^\s*([A-Z][A-Z0-9_]*)\s*[:=]\s*(?:'([^']*)'|\"([^\"]*)\"|(-?\d+))\s*,?\s*$"
     pairs = re.findall(entry, body, re.M)
+    names = [name for name, *_ in pairs]
+    assert len(names) == len(set(names)), f"a name twice: {sorted(n for n in names if names.count(n) > 1)}"
     return {name: int(number) if number else (single or double) for name, single, double, number in pairs}
 
 

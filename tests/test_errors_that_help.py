@@ -147,3 +147,12 @@ async def test_a_tool_result_that_answers_no_call_is_reported_where_it_is_ingest
     logged = log.read_text()
     assert "WARNING sidecar.services.memory: ingest into s: messages[1]: the tool result for 'c0'" in logged
     assert "'c9'" in logged
+
+
+def test_a_database_whose_directory_cannot_be_made_is_one_clear_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    ran = run("demo", "--db", blocked / "memory.duckdb")
+    assert ran.returncode == 1
+    assert ran.stderr.splitlines() == [f"context-sidecar demo: error: cannot open {blocked}/memory.duckdb: cannot "
+                                       f"create its directory {blocked}: File exists"]

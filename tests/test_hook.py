@@ -44,17 +44,18 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-def transcript(path: Path, extra_files: int = 0) -> Path:
-    """A Claude Code session: two rules, a Read and an Edit, an injected attachment, and ``extra_files`` writes."""
+def transcript(path: Path, extra_files: int = 0, root: str = "") -> Path:
+    """A Claude Code session: two rules, a Read and an Edit (of files under ``root``), an injected attachment, and
+    ``extra_files`` writes."""
     attachment = {"type": "attachment", "uuid": "at1", "parentUuid": "r1", "sessionId": SESSION,
                   "timestamp": "2026-01-03T10:00:00.000Z",
                   "attachment": {"type": "hook_additional_context", "content": [INJECTED]}}
     entries: list[Any] = [
         cc_user("u1", None, f"Fix the cart total. {RULE}"),
-        cc_asst("a1", "u1", "msg_1", use("toolu_1", "Read", file_path="src/cart.py"), stop="tool_use"),
+        cc_asst("a1", "u1", "msg_1", use("toolu_1", "Read", file_path=f"{root}src/cart.py"), stop="tool_use"),
         cc_user("r1", "a1", [result("toolu_1", "def total(): ...")]),
         attachment,
-        cc_asst("a2", "at1", "msg_2", use("toolu_2", "Edit", file_path="src/cart.py"), stop="tool_use"),
+        cc_asst("a2", "at1", "msg_2", use("toolu_2", "Edit", file_path=f"{root}src/cart.py"), stop="tool_use"),
         cc_user("r2", "a2", [result("toolu_2", "ok")]),
         cc_user("u2", "r2", [text(SECOND_RULE)]),
     ]
@@ -105,7 +106,7 @@ async def test_pre_compact_imports_the_whole_transcript_once(tmp_path, workspace
 
 async def test_session_start_after_compaction_restores_rules_and_files(tmp_path, workspace, runtime):
     db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
-    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    path = transcript(tmp_path / f"{SESSION}.jsonl", root=f"{workspace}/")  # Claude Code's tools name absolute paths
     run = hook(payload("SessionStart", workspace, path, source="compact", model="claude-opus-4-8"), db, runtime, log)
     assert (run.code, run.stderr) == (0, "")
     output = json.loads(run.stdout)
@@ -115,7 +116,8 @@ async def test_session_start_after_compaction_restores_rules_and_files(tmp_path,
     assert f"- {RULE}\n- {SECOND_RULE}" in context
     assert INJECTED not in context, "what an agent injected itself is no rule of the user's"
     modified = context.index("Files modified")
-    assert "- src/cart.py" in context[modified:] and "Files read" not in context, "read, then modified: modified"
+    assert "\n- src/cart.py" in context[modified:], "relative to the workspace"
+    assert "Files read" not in context, "read, then modified: modified"
 
 
 async def test_the_restored_context_is_bounded(tmp_path, workspace, runtime):
@@ -164,6 +166,7 @@ def test_a_missing_transcript_exits_0_with_one_line(tmp_path, workspace, runtime
     assert run.code == 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and f"no transcript at '{gone}'" in run.stderr
     assert "no transcript at" in log.read_text()
+    assert not (tmp_path / "m.duckdb").exists(), "checked before anything was started"
 
 
 def test_an_unreachable_host_exits_0_with_one_line(tmp_path, workspace, runtime):
@@ -175,3 +178,46 @@ def test_an_unreachable_host_exits_0_with_one_line(tmp_path, workspace, runtime)
     assert run.code == 0 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "open to other users" in run.stderr, run.stderr
     assert "open to other users" in log.read_text()
+
+
+def test_session_start_reads_what_pre_compact_stored(tmp_path, workspace, runtime):
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    assert hook(payload("PreCompact", workspace, path, trigger="auto"), db, runtime, log).stderr == ""
+    path.unlink()  # the session is in memory: the transcript is not read again
+    run = hook(payload("SessionStart", workspace, path, source="compact"), db, runtime, log)
+    assert run.stderr == "" and RULE in json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_session_start_of_a_session_nowhere_exits_0_with_one_line(tmp_path, workspace, runtime):
+    log = tmp_path / "hook.log"
+    run = hook(payload("SessionStart", workspace, tmp_path / "gone.jsonl", source="compact"), tmp_path / "m.duckdb",
+               runtime, log)
+    assert run.code == 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "session cc-sess is not in context-sidecar's memory" in run.stderr
+
+
+async def test_post_compact_records_claude_codes_summary_once(tmp_path, workspace, runtime):
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    summary = "The cart total is fixed; the tests are next."
+    for _ in range(2):  # the session is unknown at first: the transcript is imported, then the summary recorded
+        run = hook(payload("PostCompact", workspace, path, trigger="manual", compact_summary=summary), db, runtime,
+                   log)
+        assert (run.code, run.stdout, run.stderr) == (0, "", "")
+    async with await client_on(db, runtime) as client:
+        found = await client.grep(SESSION, "tests are next", scope="summaries")
+        [described] = [await client.describe(SESSION, match.id) for match in found.matches]
+    assert summary in str(described.content)
+    text = log.read_text()
+    assert "PostCompact: session cc-sess: Claude Code's summary recorded as" in text
+    assert "PostCompact: session cc-sess: Claude Code's summary already recorded as" in text
+
+
+def test_post_compact_without_a_summary_exits_0_with_one_line(tmp_path, workspace, runtime):
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    run = hook(payload("PostCompact", workspace, path, trigger="auto"), tmp_path / "m.duckdb", runtime,
+               tmp_path / "hook.log")
+    assert run.code == 0 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "malformed hook input: no compact_summary" in run.stderr
+    assert not (tmp_path / "m.duckdb").exists(), "checked before anything was started"

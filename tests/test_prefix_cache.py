@@ -269,9 +269,10 @@ async def test_a_settings_change_of_protected_tools_is_a_rewrite_and_pruning_res
             await ingest(client, "s", opening + rest)
         before = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s"})
         assert any(item.get("pruned") for item in before["items"])
+        waiter = client.protocol.wait_for_notification_async(methods.CONTEXT_DID_CHANGE_USAGE)
         client.protocol.notify(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION, lsp.DidChangeConfigurationParams(settings={
             "contextSidecar": {**config, "prune": {**config["prune"], "protectedTools": ["read"]}}}))
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(waiter, 10)  # a settings change pushes every touched session's usage
         after = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "since": before["revision"]})
         assert after["delta"] is False and not any(item.get("pruned") for item in after["items"])
         usage = await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})

@@ -15,7 +15,6 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 
@@ -23,33 +22,24 @@ from protocol import errors as codes
 from protocol import methods
 from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.config.sockets import socket_path
 from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
-from tests.helpers.hosts import WAIT, host_hello, host_pid, short_runtime
+from tests.helpers.hosts import WAIT, host_hello, host_pid, sock_of
 
 CLI = [sys.executable, "-m", "sidecar"]
-
-
-@pytest.fixture
-def runtime() -> Iterator[Path]:
-    """A short XDG_RUNTIME_DIR of this test's own."""
-    with short_runtime() as path:
-        yield path
 
 
 def env_for(runtime: Path) -> dict[str, str]:
     return {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
 
 
-def sock_of(runtime: Path, db: Path) -> Path:
-    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
-        return socket_path(str(db))
-
-
 async def spawn(db: Path, runtime: Path, **kwargs: Any) -> SidecarClient:
+    """A client, attached: the first one answers initialize before its host listens, so one more round trip."""
     settings = {"storage": {"path": str(db)}, **kwargs.pop("settings", {})}
-    return await SidecarClient.spawn(settings=settings, env=env_for(runtime), timeout=WAIT, **kwargs)
+    client = await SidecarClient.spawn(settings=settings, env=env_for(runtime), timeout=WAIT, **kwargs)
+    with contextlib.suppress(SidecarRequestError):
+        await client.sessions()
+    return client
 
 
 @contextlib.asynccontextmanager
@@ -282,17 +272,16 @@ async def test_no_share_keeps_one_process_and_memory_is_never_shared(tmp_path: P
     db = tmp_path / "memory.duckdb"
     alone = await SidecarClient.spawn(command=[*CLI, "--no-share"], settings={"storage": {"path": str(db)}},
                                       env=env_for(runtime), timeout=WAIT)
-    by_setting = await spawn(db, runtime, settings={"storage": {"path": str(db), "share": False}})
-    memory = await spawn(Path(":memory:"), runtime)
-    try:
-        await alone.ingest("s", [message("m1")])
-        with pytest.raises(SidecarRequestError) as raised:
-            await by_setting.sessions()
-        assert raised.value.code == codes.STORAGE_LOCKED
-        await memory.ingest("s", [message("m1")])
-        assert not list(runtime.glob("context-sidecar/*.sock"))
-    finally:
-        await asyncio.gather(alone.close(), by_setting.close(), memory.close())
+    async with alone:
+        await alone.ingest("s", [message("m1")])  # holds the file before the second one tries to open it
+        by_setting = await spawn(db, runtime, settings={"storage": {"path": str(db), "share": False}})
+        memory = await spawn(Path(":memory:"), runtime)
+        async with by_setting, memory:
+            with pytest.raises(SidecarRequestError) as raised:
+                await by_setting.sessions()
+            assert raised.value.code == codes.STORAGE_LOCKED
+            await memory.ingest("s", [message("m1")])
+            assert not list(runtime.glob("context-sidecar/*.sock"))
 
 
 async def test_exit_codes_through_a_relay_follow_the_protocol(tmp_path: Path, runtime: Path) -> None:

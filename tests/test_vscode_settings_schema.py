@@ -16,7 +16,7 @@ from sidecar.wire import camel
 
 MANIFEST = Path(__file__).resolve().parent.parent / "editors" / "vscode" / "package.json"
 PREFIX = "contextSidecar."
-EXTENSION_ONLY = {"serverCommand", "serverArgs", "trace.server", "followWorkspace"}
+EXTENSION_ONLY = {"serverCommand", "serverArgs", "trace.server", "followWorkspace", "watchAgents"}
 """Settings of the extension itself (how to start the server), never sent to it."""
 
 JSON_TYPES: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string",

@@ -339,3 +339,88 @@ async def test_watch_false_stops_and_a_second_watch_is_the_same(client: SidecarC
     assert [t.path for t in first.transcripts] == [t.path for t in second.transcripts]
     stopped = await client.watch(str(agents.workspace), watch=False)
     assert (stopped.watching, stopped.transcripts) == (False, [])
+
+
+def pi_message(entry_id: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-11-20T09:00:01.000Z",
+            "message": {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}}
+
+
+async def test_a_pi_compaction_keeping_entries_read_before_is_recorded_as_pi_made_it(
+        client: SidecarClient, agents: Agents) -> None:
+    header = pi_lines(str(agents.workspace), "pi-kept")[0]
+    turns = [pi_message("u1", None, "user", "first"), pi_message("a1", "u1", "assistant", "one"),
+             pi_message("u2", "a1", "user", "second"), pi_message("a2", "u2", "assistant", "two"),
+             pi_message("u3", "a2", "user", "third"), pi_message("a3", "u3", "assistant", "three")]
+    path = agents.pi("pi-kept", [header, *turns])
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "pi-kept", lambda usage: usage.messages == 6)
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    compacted = client.wait_for_notification(methods.CONTEXT_DID_COMPACT, timeout=WAIT)
+    compaction = {"type": "compaction", "id": "c1", "parentId": "a3", "timestamp": "2026-11-20T09:00:02.000Z",
+                  "summary": "pi summarized the first turn.", "firstKeptEntryId": "u2", "tokensBefore": 900}
+    with path.open("a") as fh:  # the kept entries were written before where the last read of the file started
+        fh.write(json.dumps(compaction) + "\n")
+    event = await compacted
+    assert event.source == "pi"
+    described = await client.describe("pi-kept", event.summary_ids[0])
+    assert described.children == ["u1", "a1"]  # u2 onwards are kept verbatim, as pi keeps them
+    assert [item.id for item in (await client.assemble("pi-kept")).items] == [
+        event.summary_ids[0], "u2", "a2", "u3", "a3"]
+
+
+async def test_a_session_the_proxy_writes_is_not_imported_again(client: SidecarClient, agents: Agents) -> None:
+    await client.ingest("cc-proxied", [{"id": "px-1", "role": "user", "content": "through the proxy"}],
+                        session={"metadata": {"proxy": "anthropic", "agentSession": "cc-proxied"}})
+    writer = agents.claude("cc-proxied")
+    writer.turn(0)
+    other = agents.claude("cc-direct")
+    other.user("not through the proxy")
+    later = os.stat(other.path).st_mtime + 60
+    os.utime(writer.path, (later, later))  # the newest: looked at first, before the direct one is imported
+    await client.follow(workspace=str(agents.workspace))
+    direct = usage_of(client, "cc-direct")
+    await client.watch(str(agents.workspace), env=agents.env)
+    await direct
+    watched = await client.watch(str(agents.workspace), env=agents.env)
+    states = {t.session_id: (t.state, t.problem) for t in watched.transcripts}
+    assert states.get("cc-direct") == ("following", None)
+    assert (await client.usage("cc-proxied")).messages == 1  # the proxy's own message, and nothing else
+    skipped = next(t for t in watched.transcripts if Path(t.path).name == "cc-proxied.jsonl")
+    assert skipped.state == "skipped" and skipped.problem and "proxy" in skipped.problem
+
+
+async def test_a_session_deleted_while_followed_is_stored_again_whole_at_its_next_line(
+        client: SidecarClient, agents: Agents) -> None:
+    writer = agents.claude("cc-deleted")
+    for turn in range(2):
+        writer.turn(turn)
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "cc-deleted", lambda usage: usage.messages == 8)
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    assert (await client.delete_session("cc-deleted")).deleted
+    again = usage_of(client, "cc-deleted", lambda usage: usage.messages == 9)
+    writer.user("after the delete")  # the transcript still holds the whole session: a window would store a part
+    await again
+    assert (await client.grep("cc-deleted", "Turn 0")).matches
+
+
+async def test_a_transcript_that_is_no_transcript_waits_and_the_others_are_followed(
+        client: SidecarClient, agents: Agents) -> None:
+    good = agents.claude("cc-good")
+    good.user("a real session")
+    garbage = good.path.with_name("garbage.jsonl")
+    garbage.write_bytes(b"\x00\xff not json at all\n{\"neither\": \"this\"}\n")
+    os.utime(garbage, (os.stat(good.path).st_mtime + 60,) * 2)  # looked at first
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "cc-good")
+    await client.watch(str(agents.workspace), env=agents.env)
+    await imported
+    watched = await client.watch(str(agents.workspace), env=agents.env)
+    states = {Path(t.path).name: (t.state, t.problem or "") for t in watched.transcripts}
+    assert states["cc-good.jsonl"] == ("following", "")
+    state, problem = states["garbage.jsonl"]
+    assert state == "waiting" and "cannot tell the transcript format" in problem
+    assert [s.session_id for s in (await client.sessions()).sessions] == ["cc-good"]

@@ -12,7 +12,6 @@ from protocol import errors as codes
 from protocol import methods
 from sidecar.client import SidecarRequestError
 from tests.test_sharing import CLI, WAIT, host_pid, sock_of, spawn
-from tests.test_sharing import runtime as runtime
 from tests.test_watch import Agents, usage_of
 
 

@@ -1,4 +1,4 @@
-"""Where Claude Code, Codex and pi keep their transcripts, from the environment of the client that asks.
+"""Where Claude Code, Codex and pi keep their transcripts and config, from the environment of the client that asks.
 
 The one place this knowledge lives: the host follows these files (``memory/watch``), the hooks and the MCP server
 name them. Every function takes the environment as a mapping, so a host serves clients whose HOME or agent
@@ -44,6 +44,21 @@ def claude_config_dir(env: Mapping[str, str]) -> Path:
     return _expand(configured, env) if configured else home(env) / ".claude"
 
 
+def claude_user_config(env: Mapping[str, str]) -> Path:
+    """The file of Claude Code's user-scope MCP servers and its own state (2.1): ``<config dir>/.config.json`` where
+    that exists, else ``.claude.json`` in ``$CLAUDE_CONFIG_DIR``, else in the home directory."""
+    legacy = claude_config_dir(env) / ".config.json"
+    if legacy.is_file():
+        return legacy
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    return (_expand(configured, env) if configured else home(env)) / ".claude.json"
+
+
+def claude_settings(env: Mapping[str, str]) -> Path:
+    """Claude Code's user settings (hooks, permissions): ``<config dir>/settings.json``."""
+    return claude_config_dir(env) / "settings.json"
+
+
 def claude_project_name(cwd: str) -> str:
     """The directory name Claude Code gives the sessions started in ``cwd``: every non-alphanumeric character as -.
 
@@ -78,6 +93,11 @@ def codex_home(env: Mapping[str, str]) -> Path:
     """Codex's home: ``$CODEX_HOME``, else ``~/.codex``."""
     configured = env.get("CODEX_HOME")
     return _expand(configured, env) if configured else home(env) / ".codex"
+
+
+def codex_config(env: Mapping[str, str]) -> Path:
+    """Codex's user config: ``<CODEX_HOME>/config.toml``."""
+    return codex_home(env) / "config.toml"
 
 
 def codex_sessions_dir(env: Mapping[str, str]) -> Path:

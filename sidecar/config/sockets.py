@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 MEMORY = ":memory:"
+RUN_USER = "/run/user/{uid}"
 
 
 class ShareError(Exception):
@@ -16,10 +17,24 @@ class ShareError(Exception):
 
 
 def runtime_dir() -> Path:
-    """The per-user directory of host sockets, created 0700; refused if another user owns it or can enter it."""
+    """The per-user directory of host sockets, created 0700; refused if another user owns it or can enter it.
+
+    Without XDG_RUNTIME_DIR: ``/run/user/UID`` when it is this user's (what a login session sets that variable
+    to), else ``/tmp``, never TMPDIR: agents start their MCP servers with a reduced environment (Codex passes
+    neither variable), and every client of a database must find the same socket.
+    """
     base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / "context-sidecar" if base and os.path.isdir(base) else \
-        Path(tempfile.gettempdir()) / f"context-sidecar-{os.getuid()}"
+    if not (base and os.path.isdir(base)):
+        base = RUN_USER.format(uid=os.getuid())
+        with contextlib.suppress(OSError):
+            if os.stat(base).st_uid == os.getuid() and os.path.isdir(base):
+                return _checked(Path(base) / "context-sidecar")
+        return _checked(Path("/tmp") / f"context-sidecar-{os.getuid()}")
+    return _checked(Path(base) / "context-sidecar")
+
+
+def _checked(path: Path) -> Path:
+    """``path``, created 0700 if missing; ShareError when it is not this user's alone."""
     try:
         path.mkdir(mode=0o700, exist_ok=True)
         info = path.lstat()
@@ -60,8 +75,3 @@ def check_owner(db_path: str) -> None:
     if owner != os.getuid():
         raise ShareError(f"database {key} is owned by uid {owner}, not by this user (uid {os.getuid()}); "
                          "copy it, or run context-sidecar as its owner")
-
-
-def shareable(db_path: str | None) -> bool:
-    """Whether a database may be shared at all: a file, never ``:memory:``."""
-    return bool(db_path) and db_path != MEMORY

@@ -20,9 +20,9 @@ from sidecar.importers.common import (
     stable_id,
     tool_call,
 )
+from sidecar.importers.detect import CODEX_ENVELOPES
 
 SOURCE = "codex"
-_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
 # Response items with nothing to import: server-side search, undo snapshots, and encrypted compaction state.
 _SILENT_ITEMS = {
     "web_search_call",
@@ -33,6 +33,8 @@ _SILENT_ITEMS = {
 }
 _ROLES = {"user": "user", "assistant": "assistant", "developer": "system", "system": "system"}
 _INJECTED_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")
+# Codex hands its summary on behind this preface (its SUMMARY_PREFIX); the summary is what follows it.
+_SUMMARY_PREFACE = re.compile(r"^Another language model started to solve this problem.*?analysis:[ \t]*\n", re.DOTALL)
 # How exec outputs state their exit code: "Exit code: 1" (0.4x and later), "Process exited with code 1".
 _EXIT_CODE = re.compile(r"^(?:Exit code:|Process exited with code)\s*(-?\d+)", re.MULTILINE)
 
@@ -55,6 +57,7 @@ class _State:
         self.outputs: dict[str, dict[str, Any]] = {}
         self.lines: dict[int, str] = {}
         self.compactions: list[AgentCompaction] = []
+        self.context_lines: list[int] = []
 
 
 def parse(path: Path, follow: bool = False) -> ParsedTranscript:
@@ -64,15 +67,16 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     for lineno, raw, obj in iter_json_lines(path, state.skipped, state.lines, follow):
         kind = obj.get("type")
         where = f"line {lineno}"
-        if kind in _ENVELOPES and "payload" in obj:
+        if kind in CODEX_ENVELOPES and "payload" in obj:
             _envelope(state, lineno, raw, obj)
         elif first and kind is None and isinstance(obj.get("id"), str) and "timestamp" in obj:
             state.meta = obj  # The old layout opens with the bare session meta.
+            state.context_lines.append(lineno)
         elif obj.get("record_type") == "state":
             state.skipped.append(f"{where}: resume state (old layout), not conversation")
         elif "payload" in obj:
             state.skipped.append(f"{where}: unknown rollout line type {kind!r}")
-        elif isinstance(kind, str) and kind not in _ENVELOPES:
+        elif isinstance(kind, str) and kind not in CODEX_ENVELOPES:
             _response_item(state, lineno, raw, obj, None)
         else:
             state.skipped.append(f"{where}: unknown line (type {kind!r})")
@@ -80,7 +84,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     if state.reasoning or state.encrypted:
         state.skipped.append("end of file: reasoning with no assistant message after it yet")
     return parsed(SOURCE, state.messages, state.skipped, state.lines, state.compactions, session=_session(state),
-                  suggested_session_id=_session_id(state.meta))
+                  suggested_session_id=_session_id(state.meta), context_lines=state.context_lines)
 
 
 def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None:
@@ -90,6 +94,8 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
     if not isinstance(payload, dict):
         state.skipped.append(f"line {lineno}: {kind} line whose payload is not an object")
         return
+    if kind in ("session_meta", "turn_context"):
+        state.context_lines.append(lineno)
     if kind == "session_meta":
         if state.meta is None:
             state.meta = payload
@@ -101,8 +107,8 @@ def _envelope(state: _State, lineno: int, raw: str, obj: dict[str, Any]) -> None
     elif kind == "compacted":
         summary = payload.get("message")
         if isinstance(summary, str) and summary.strip():
-            state.compactions.append(AgentCompaction(id=stable_id(SOURCE, lineno, raw), summary=summary.strip(),
-                                                     line=lineno))
+            text = _SUMMARY_PREFACE.sub("", summary, count=1).strip() or summary.strip()
+            state.compactions.append(AgentCompaction(id=stable_id(SOURCE, lineno, raw), summary=text, line=lineno))
         else:
             state.skipped.append(f"line {lineno}: compacted line without a summary message")
     elif kind == "event_msg" and payload.get("type") == "token_count":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,23 @@ ROLES = ("system", "user", "assistant", "tool")
 
 class ImportFormatError(ValueError):
     """The file is not in a transcript format this package can read."""
+
+
+@attrs.define
+class Window:
+    """The part of a transcript file to read: the ``prelude`` lines (line number, byte offset), then the lines from
+    byte ``offset`` on, numbered from ``line``. Reading fills ``offsets`` with the byte offset of every line read.
+
+    The default is the whole file."""
+
+    offset: int = 0
+    line: int = 1
+    prelude: list[tuple[int, int]] = attrs.field(factory=list)
+    offsets: dict[int, int] = attrs.field(factory=dict)
+
+
+WINDOW: ContextVar[Window | None] = ContextVar("transcript_window", default=None)
+"""Set by ``parse_transcript`` for the parser that runs: the part of the file ``iter_json_lines`` reads."""
 
 
 @attrs.frozen
@@ -52,6 +70,12 @@ class ParsedTranscript:
     """JSON lines read, for saying why none counted."""
     compactions: list[AgentCompaction] = attrs.field(factory=list)
     """The agent's own compactions, in the order it made them."""
+    spans: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+    """Per message id, the first and last line it was converted from (stand-ins have none)."""
+    context_lines: list[int] = attrs.field(factory=list)
+    """Lines whose state later messages take (pi's session header; Codex's session_meta and turn_context)."""
+    incomplete: bool = False
+    """Read from a window, the parser needed lines before it (a compaction keeping entries written earlier)."""
 
 
 def parsed(format: str, messages: list[dict[str, Any]], skipped: list[str], lines: dict[int, str],
@@ -59,9 +83,10 @@ def parsed(format: str, messages: list[dict[str, Any]], skipped: list[str], line
     """The result of a parser: messages finalized, each with its original lines, and what each compaction replaced."""
     final = finalize(messages, skipped, format)
     found = [_replaced(compaction, final) for compaction in compactions or ()]
+    spans = {m["id"]: (min(m["_lines"]), max(m["_lines"])) for m in final if m.get("_lines")}
     sources = {m["id"]: [lines[n] for n in m.pop("_lines") if n in lines] for m in final if "_lines" in m}
     return ParsedTranscript(format=format, messages=final, skipped=skipped, sources=sources,
-                            lines_read=len(lines), compactions=found, **facts)
+                            lines_read=len(lines), compactions=found, spans=spans, **facts)
 
 
 def _replaced(compaction: AgentCompaction, messages: list[dict[str, Any]]) -> AgentCompaction:
@@ -81,14 +106,19 @@ def iter_json_lines(path: Path, skipped: list[str], lines: dict[int, str] | None
     """Yield (line number, raw line, object) for each JSON-object line, reporting the others.
 
     ``lines`` collects the raw lines read; ``follow`` leaves a last line without its newline unread, as a file
-    being written has its last entry half written.
+    being written has its last entry half written. Within ``parse_transcript(..., window=...)`` only that window of
+    the file is read.
     """
-    # utf-8-sig drops a BOM; undecodable bytes must not abort a whole import.
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if follow and not raw.endswith("\n"):
+    window = WINDOW.get()
+    with path.open("rb") as fh:
+        for lineno, offset, data in _numbered(fh, window):
+            if follow and not data.endswith(b"\n"):
                 return
-            line = raw.strip()
+            if window is not None:
+                window.offsets[lineno] = offset
+            # A BOM at the start goes; undecodable bytes must not abort a whole import.
+            raw = data.decode("utf-8", errors="replace")
+            line = (raw.removeprefix("\ufeff") if offset == 0 else raw).strip()
             if not line:
                 continue
             try:
@@ -102,6 +132,46 @@ def iter_json_lines(path: Path, skipped: list[str], lines: dict[int, str] | None
             if lines is not None:
                 lines[lineno] = line
             yield lineno, line, obj
+
+
+def _numbered(fh: Any, window: Window | None) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, bytes) of the file's lines, or of the window's."""
+    for lineno, offset in window.prelude if window is not None else ():
+        if offset < window.offset:  # type: ignore[union-attr]
+            fh.seek(offset)
+            yield lineno, offset, fh.readline()
+    offset = window.offset if window is not None else 0
+    fh.seek(offset)
+    for lineno, data in enumerate(fh, start=window.line if window is not None else 1):
+        yield lineno, offset, data
+        offset += len(data)
+
+
+def resume_line(parsed: ParsedTranscript, roles: tuple[str, ...]) -> tuple[int, list[int]] | None:
+    """The last line from which reading the file again (after the prelude lines returned with it) yields what
+    reading it whole would, for what follows.
+
+    It starts a message of one of ``roles`` (a prompt, or a response) written after every line of every message
+    before it, with no tool call before it unanswered: nothing later changes what came before. The prelude is the
+    first and the last of the context lines before it (a session's header; the turn settings in force).
+    """
+    latest = 0
+    found = None
+    open_call = False
+    for message in parsed.messages:
+        facts = message.get("metadata") or {}
+        if facts.get("synthetic"):
+            open_call = True  # a stand-in: its call's result may come yet
+        span = parsed.spans.get(message["id"])
+        if span is None:
+            continue
+        if not open_call and span[0] > latest and message["role"] in roles and not facts.get("injected"):
+            found = span[0]
+        latest = max(latest, span[1])
+    if found is None:
+        return None
+    before = [line for line in parsed.context_lines if line < found]
+    return found, sorted(set(before[:1] + before[-1:]))
 
 
 def stable_id(source: str, position: int | str, raw: str) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 from sidecar.importers.common import ImportFormatError
 
 _PROBE_LINES = 50
-_CODEX_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+CODEX_ENVELOPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+"""Types of the lines of a Codex CLI rollout that wrap their content in ``payload``."""
 _CODEX_ITEMS = {
     "function_call",
     "function_call_output",
@@ -86,7 +87,7 @@ def classify_line(obj: dict[str, Any]) -> str | None:
         return "pi"
     if kind in _PI_ENTRY_TYPES and "parentId" in obj:
         return "pi"
-    if kind in _CODEX_ENVELOPES and isinstance(obj.get("payload"), dict):
+    if kind in CODEX_ENVELOPES and isinstance(obj.get("payload"), dict):
         return "codex"
     if kind in _CODEX_ITEMS or obj.get("record_type") == "state":
         return "codex"

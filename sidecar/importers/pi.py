@@ -50,12 +50,14 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     skipped: list[str] = []
     lines: dict[int, str] = {}
     header: dict[str, Any] | None = None
+    context_lines: list[int] = []
     entries: list[Entry] = []
     for lineno, raw, obj in iter_json_lines(path, skipped, lines, follow):
         kind = obj.get("type")
         if kind == "session":
             if header is None:
                 header = obj
+                context_lines.append(lineno)
             continue
         if not isinstance(kind, str):
             skipped.append(f"line {lineno}: entry without a type")
@@ -66,6 +68,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
     session = _session_facts(header)
     messages: list[dict[str, Any]] = []
     compactions: list[AgentCompaction] = []
+    incomplete = False
     lines_of = {obj.get("id"): lineno for lineno, _, obj in entries}
     for lineno, raw, obj in entries:
         kind = obj["type"]
@@ -73,6 +76,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
         if kind == "compaction" and isinstance(obj.get("summary"), str) and obj["summary"].strip() \
                 and not _from_sidecar(obj):
             kept = obj.get("firstKeptEntryId")
+            incomplete = incomplete or (isinstance(kept, str) and kept not in lines_of)
             compactions.append(AgentCompaction(id=obj.get("id") or stable_id(SOURCE, lineno, raw),
                                                summary=obj["summary"].strip(), line=lineno,
                                                kept_from=lines_of.get(kept) if isinstance(kept, str) else None))
@@ -88,7 +92,7 @@ def parse(path: Path, follow: bool = False) -> ParsedTranscript:
             messages.append(msg)
     suggested = header.get("id") if header and isinstance(header.get("id"), str) else None
     return parsed(SOURCE, messages, skipped, lines, compactions, session=_tidy_session(session),
-                  suggested_session_id=suggested)
+                  suggested_session_id=suggested, incomplete=incomplete, context_lines=context_lines)
 
 
 def _from_sidecar(entry: dict[str, Any]) -> bool:

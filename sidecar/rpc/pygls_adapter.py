@@ -119,10 +119,6 @@ class SidecarProtocol(LanguageServerProtocol):
         """Resolve the server's request ``msg_id`` with the client's answer."""
         self._handle_response(msg_id, result, error)
 
-    def pending_requests(self) -> list[Any]:
-        """The futures of requests still being handled (the client's) or awaited (the server's)."""
-        return list(self._request_futures.values())
-
     def handling(self) -> list[asyncio.Future[Any]]:
         """The client's requests still being handled (by coroutine handlers, as all of ours are)."""
         futures: dict[Any, Any] = self._request_futures  # pygls types them all as concurrent futures

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,10 @@ def connect(path: Path, log_to: dict[str, Any] | None = None) -> socket.socket |
     return sock
 
 
-def attach(db: str, memory_limit: str, log_args: list[str], log_to: dict[str, Any] | None = None) -> socket.socket:
-    """Connect to the database's host, starting one first (under the lock) if none listens."""
+def attach(db: str, memory_limit: str, log_args: list[str], log_to: dict[str, Any] | None = None,
+           starting: Callable[[], None] | None = None) -> socket.socket:
+    """Connect to the database's host, starting one first (under the lock) if none listens; ``starting`` is
+    called just before this relay starts one."""
     try:
         path = socket_path(db)
     except ShareError as error:
@@ -116,6 +118,8 @@ def attach(db: str, memory_limit: str, log_args: list[str], log_to: dict[str, An
         sock = connect(path, log_to)  # whoever held the lock may have started one
         if sock is not None:
             return sock
+        if starting is not None:
+            starting()
         start_host(db, path, memory_limit, log_args)
         sock = connect(path, log_to)
     if sock is None:
@@ -179,8 +183,10 @@ class Relay:
     """Passes a client's stdio to the host, and survives the host's death."""
 
     def __init__(self, db: str, memory_limit: str, log_args: list[str], client_pid: int | None = None,
-                 log_to: dict[str, Any] | None = None) -> None:
+                 log_to: dict[str, Any] | None = None, answered: tuple[Any, Any] | None = None) -> None:
         self.db, self.memory_limit, self.log_args, self.log_to = db, memory_limit, log_args, log_to
+        self.answered = answered
+        """(id, result) of the initialize this relay answered itself: the host's reply to it is checked, not sent."""
         self.client_pid = client_pid
         self.up = FrameReader()
         self.down = bytearray()
@@ -196,6 +202,8 @@ class Relay:
     def run(self, first: bytes, sock: socket.socket) -> int:
         """Relay until the client sends ``exit`` or closes its input; returns the exit code."""
         self.sock = sock
+        if self.answered is not None:
+            self.swallow.add(self.answered[0])
         self._up(first)
         stdin_open = True
         while True:
@@ -274,10 +282,24 @@ class Relay:
                 self.in_flight.pop(msg_id, None)
                 if msg_id in self.swallow:
                     self.swallow.discard(msg_id)
+                    self._adopted(msg_id, frame)
                     continue
             out.append(frame)
         if out:
             _write_all(b"".join(out))
+
+    def _adopted(self, msg_id: Any, frame: bytes) -> None:
+        """The host's reply to the initialize this relay answered: it should have said the same."""
+        if self.answered is None or msg_id != self.answered[0]:
+            return
+        try:
+            reply = json.loads(frame[frame.find(b"\r\n\r\n") + 4:])
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or reply.get("result") != self.answered[1]:
+            log.error("initialize was answered with %s before the host's reply, which is %s", self.answered[1],
+                      reply)
+        self.answered = None
 
     def _host_lost(self) -> None:
         """The host died: answer what was in flight, attach to a new host, and open the session there again."""
@@ -354,15 +376,26 @@ def refuse(first: bytes, reason: str) -> int:
 
 
 def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_pid: int | None,
-          log_to: dict[str, Any] | None = None) -> int | None:
+          log_to: dict[str, Any] | None = None,
+          answer: Callable[[], tuple[Any, Any] | None] | None = None) -> int | None:
     """Relay stdio to the host of ``db``; None when this process should open the database itself instead.
 
     ``log_to`` (``logFile``, ``verbose``): where the host also writes this connection's log records.
+    ``answer``: answers the client's initialize now, returning (id, result), or None when it cannot; called when
+    this relay is about to start the host, so that the client need not wait for the host to open the database.
+    The host's own reply to it is then checked against it and not sent.
     """
+    answered: list[tuple[Any, Any]] = []
+
+    def starting() -> None:
+        if answer is not None and not answered and (done := answer()) is not None:
+            answered.append(done)
+            log.info("answered initialize; the host of %s starts behind it", database_key(db))
+
     deadline = time.monotonic() + HOST_LEAVING_WAIT
     while True:
         try:
-            sock = attach(db, memory_limit, log_args, log_to)
+            sock = attach(db, memory_limit, log_args, log_to, starting)
             break
         except HostFailed as error:
             if time.monotonic() < deadline:
@@ -372,7 +405,7 @@ def serve(first: bytes, db: str, memory_limit: str, log_args: list[str], client_
             return None
         except Refused as error:
             return refuse(first, str(error))
-    relay = Relay(db, memory_limit, log_args, client_pid, log_to)
+    relay = Relay(db, memory_limit, log_args, client_pid, log_to, answered[0] if answered else None)
     try:
         return relay.run(first, sock)
     except Refused as error:

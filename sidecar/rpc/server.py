@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
 
+import attrs
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdoutWriter
@@ -31,25 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REQUEST_PARAMS: dict[str, type] = {
-    methods.MEMORY_INGEST: types.IngestParams,
-    methods.CONTEXT_ASSEMBLE: types.AssembleParams,
-    methods.CONTEXT_COMPACT: types.CompactParams,
-    methods.MEMORY_EXPAND: types.ExpandParams,
-    methods.MEMORY_GREP: types.GrepParams,
-    methods.MEMORY_DESCRIBE: types.DescribeParams,
-    methods.MEMORY_SESSIONS: types.SessionsParams,
-    methods.MEMORY_DELETE_SESSION: types.DeleteSessionParams,
-    methods.MEMORY_IMPORT: types.ImportParams,
-    methods.CONTEXT_USAGE: types.UsageParams,
-    methods.MEMORY_PIN: types.PinParams,
-    methods.MEMORY_CALL_TOOL: types.CallToolParams,
-    methods.CONTEXT_FOLLOW: types.FollowParams,
-    methods.MEMORY_RULES: types.RulesParams,
-    methods.MEMORY_WATCH: types.WatchParams,
-    methods.MEMORY_RECORD_COMPACTION: types.RecordCompactionParams,
-}
-NOTIFICATION_PARAMS: dict[str, type] = {methods.CONTEXT_REPORT_USAGE: types.ReportUsageParams}
 STALL_SECONDS = 0.5
 """How long a partial body may wait for its remaining bytes before it is judged as sent."""
 CHECKPOINT_DELAY = 5.0
@@ -79,6 +61,21 @@ def _essential_capabilities(capabilities: Any) -> dict[str, Any]:
     return kept
 
 
+P = TypeVar("P")
+
+
+@attrs.frozen
+class Method(Generic[P]):
+    """A protocol method the server answers: its name, the type its params must fit, and its handler."""
+
+    name: str
+    params: type[P]
+    handler: Callable[[SidecarServer, P], Awaitable[Any]]
+    """Called with the server and the params as ``params``; returns the result (JSON data or RawJSON)."""
+    notification: bool = False
+    """Sent by the client as a notification, never as a request."""
+
+
 class _QuietExpectedErrors(logging.Filter):
     """pygls logs a traceback for every error reply; ours are expected outcomes, not crashes."""
 
@@ -105,6 +102,8 @@ class SidecarServer(LanguageServer):
         self.background_tasks: set[asyncio.Task[Any]] = set()
         self.change_listeners: list[Callable[[str, types.Usage], None]] = []
         self.compactions: CompactionRunner | None = None
+        self.methods: dict[str, Method[Any]] = {}
+        """The protocol's methods this server answers besides LSP's own, by name (see ``serve_methods``)."""
         self._exit_code: int | None = None
         self.hub: Any = None
         """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
@@ -121,6 +120,12 @@ class SidecarServer(LanguageServer):
         """``capabilities.experimental.contextSidecar`` of the initialize result."""
         return sidecar_capabilities([m for m in methods.REQUESTS if self.protocol.serves(m)],
                                     summarizer_name(self.sidecar.settings), self.sidecar.storage_path or "")
+
+    def serve_methods(self, table: Iterable[Method[Any]]) -> None:
+        """Answer each method of ``table``: its params checked against its type, then its handler called."""
+        for method in table:
+            self.methods[method.name] = method
+            self.feature(method.name)(method.handler)
 
     # Outgoing
 
@@ -213,7 +218,7 @@ class SidecarServer(LanguageServer):
 
     def _idle_checkpoint(self) -> None:
         store = self.sidecar.open_store
-        if store is None or self.sidecar.compacting:
+        if store is None or self.sidecar.runtime.compacting():
             return
         # On the loop, not in a thread: DuckDB serialises it with every other statement anyway, and a
         # checkpoint still running in a thread would collide with shutdown closing the connection.
@@ -325,8 +330,8 @@ class SidecarServer(LanguageServer):
         if method == lsp.INITIALIZE and self.initialized:
             self.reply_error(msg_id, codes.INVALID_REQUEST, "initialize was already received")
             return
-        if method in REQUEST_PARAMS or method in NOTIFICATION_PARAMS:
-            self._custom(method, msg_id, is_request, params)
+        if method in self.methods:
+            self._custom(self.methods[method], msg_id, is_request, params)
             return
         envelope: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if is_request:
@@ -352,31 +357,31 @@ class SidecarServer(LanguageServer):
             self.shutdown_requested = True
         self.protocol.handle_message(structured)
 
-    def _custom(self, method: str, msg_id: Any, is_request: bool, params: Any) -> None:
-        if (is_request and method in NOTIFICATION_PARAMS) or (not is_request and method in REQUEST_PARAMS):
+    def _custom(self, method: Method[Any], msg_id: Any, is_request: bool, params: Any) -> None:
+        name = method.name
+        if is_request == method.notification:
             if is_request:
-                self.reply_error(msg_id, codes.INVALID_REQUEST, f"{method} is a notification, not a request")
+                self.reply_error(msg_id, codes.INVALID_REQUEST, f"{name} is a notification, not a request")
             else:
-                log.warning("%s is a request; sent as a notification it is ignored", method)
+                log.warning("%s is a request; sent as a notification it is ignored", name)
             return
-        cls = REQUEST_PARAMS.get(method) or NOTIFICATION_PARAMS[method]
         try:
             # Ingest checks its messages as it serialises them (memory.ingest); the rest of its params here.
             _check_unicode({k: v for k, v in params.items() if k != "messages"}
-                           if method == methods.MEMORY_INGEST and isinstance(params, dict) else params)
-            value = structure(params, cls)
+                           if name == methods.MEMORY_INGEST and isinstance(params, dict) else params)
+            value = structure(params, method.params)
         except ParamsError as error:
             field = error.field
             text = f"invalid params: {field + ' ' if field else ''}{error}"
             if is_request:
                 self.reply_error(msg_id, codes.INVALID_PARAMS, text, {"field": field} if field else None)
             else:
-                log.warning("ignoring %s: %s", method, text)
+                log.warning("ignoring %s: %s", name, text)
             return
         if is_request:
-            self.protocol.handle_message(JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=value))
+            self.protocol.handle_message(JsonRPCRequestMessage(id=msg_id, method=name, jsonrpc="2.0", params=value))
         else:
-            self.protocol.handle_message(JsonRPCNotification(method=method, jsonrpc="2.0", params=value))
+            self.protocol.handle_message(JsonRPCNotification(method=name, jsonrpc="2.0", params=value))
 
     def _response(self, msg_id: Any, message: dict[str, Any]) -> None:
         error = message.get("error")

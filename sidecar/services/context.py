@@ -12,11 +12,12 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_p
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
 from sidecar.engine.usage import default_budget
-from sidecar.rows import ItemRow, SessionRow, SummaryRow
+from sidecar.rows import ItemRow, SessionRow, SummaryRow, iso
 from sidecar.services.errors import invalid_params
-from sidecar.services.memory import iso
-from sidecar.services.prompt import Prompt, leading_breakpoints
-from sidecar.services.state import PLACEHOLDER_TOKENS, Sidecar
+from sidecar.services.figures import PLACEHOLDER_TOKENS
+from sidecar.services.prompt import Prompt
+from sidecar.services.runtime import SessionRuntime
+from sidecar.services.state import Sidecar
 from sidecar.wire import RawJSON, dumps, unstructure, utf8
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,9 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
 
         tools = utf8(DEFINITIONS_JSON)
-    sidecar.note_prompt(session)
-    previous: Prompt | None = sidecar.prompts.get(session.session_id)
+    state = sidecar.runtime.of(session.session_id)
+    state.note_prompt(session.context_tokens)
+    previous = state.prompt
     key = (budget, fresh_tail, prune, reasoning)
     stepped_from: int | None = None
     if prune:
@@ -60,7 +62,7 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     anchors = sidecar.store().anchors(session)
     same = previous is not None and previous.holds(key, session, sidecar.settings, anchors)
     if same and params.since is not None and params.since == previous.revision:  # type: ignore[union-attr]
-        fast = _appended(sidecar, session, previous, budget, reasoning, tools)  # type: ignore[arg-type]
+        fast = _appended(sidecar, session, state, previous, budget, reasoning, tools)  # type: ignore[arg-type]
         if fast is not None:
             return fast
     plan, needed = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
@@ -68,16 +70,13 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
                                 and previous.anchors(key, session, sidecar.settings) else None)
     messages, items, rows = render(sidecar, session, plan, reasoning)
     raw_tokens = {item.position: item.tokens for item in needed} if needed is not plan.chosen else None
-    sidecar.assembled[session.session_id] = (session.revision, plan.tokens / session.calibration)
+    state.note_assembled(session.revision, plan.tokens / session.calibration)
     stable = previous.common_prefix(messages) if previous is not None else 0
     anchor = plan.start  # where the fill starts: system and pinned messages before it are always sent anyway
     revision = sidecar.next_revision()
-    prompt = Prompt(revision, key, messages, anchor, session.summary_count, session.pruned_upto, sidecar.settings,
-                    session.calibration, session.last_position, plan.tokens, plan.over_budget,
-                    leading_breakpoints(rows), [-1 if row.position in plan.pruned else
-                                                raw_tokens[row.position] if raw_tokens else row.tokens for row in rows],
-                    session.revision, anchors.positions)
-    keep_prompt(sidecar, session.session_id, prompt)
+    prompt = Prompt.assembled(revision, key, session, sidecar.settings, plan, messages, rows, raw_tokens,
+                              anchors.positions)
+    sidecar.runtime.keep_prompt(session.session_id, prompt)
     result = AssembleResult(messages=[], items=[], tokens=plan.tokens, dropped=session.context_count - len(items),
                             over_budget=plan.over_budget, usage=sidecar.usage(session), revision=revision,
                             stable_prefix=stable, cache_breakpoints=prompt.breakpoints(stable))
@@ -92,20 +91,8 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     return encode_assemble_result(result, messages, items, tools)
 
 
-MAX_PROMPTS = 16
-"""Sessions whose previous prompt is kept (their messages are held, not copied): the most recently assembled."""
-
-
-def keep_prompt(sidecar: Sidecar, session_id: str, prompt: Prompt) -> None:
-    """Remember a session's prompt, forgetting the least recently assembled beyond MAX_PROMPTS."""
-    sidecar.prompts.pop(session_id, None)
-    sidecar.prompts[session_id] = prompt
-    while len(sidecar.prompts) > MAX_PROMPTS:
-        del sidecar.prompts[next(iter(sidecar.prompts))]
-
-
-def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: int, reasoning: bool = False,
-              tools: bytes | None = None) -> RawJSON | None:
+def _appended(sidecar: Sidecar, session: SessionRow, state: SessionRuntime, previous: Prompt, budget: int,
+              reasoning: bool = False, tools: bytes | None = None) -> RawJSON | None:
     """The delta reply when only whole units were appended since ``previous`` and they fit: the prompt's previous
     messages stay as they are, so only the new ones are read and rendered; None when the full path must decide."""
     if previous.over_budget or previous.last_position is None or session.last_position is None:
@@ -129,15 +116,11 @@ def _appended(sidecar: Sidecar, session: SessionRow, previous: Prompt, budget: i
                     exhausted=False)
     messages, items, rows = render(sidecar, session, plan, reasoning)
     raw = {item.position: item.tokens for item in new}
-    keep = len(previous.messages)
-    previous.messages.extend(messages)
-    previous.raw.extend(raw[row.position] for row in rows)
-    previous.tokens, previous.last_position = tokens, session.last_position
-    previous.session_revision = session.revision
-    previous.pins = sidecar.store().anchors(session).positions  # pinned messages among the new ones
-    keep_prompt(sidecar, session.session_id, previous)
-    previous.revision = sidecar.next_revision()
-    sidecar.assembled[session.session_id] = (session.revision, tokens / session.calibration)
+    pins = sidecar.store().anchors(session).positions  # pinned messages among the new ones
+    keep = previous.append(sidecar.next_revision(), session, messages, (raw[row.position] for row in rows), tokens,
+                           pins)
+    sidecar.runtime.keep_prompt(session.session_id, previous)
+    state.note_assembled(session.revision, tokens / session.calibration)
     dropped = session.context_count - len(previous.messages)
     result = AssembleResult(messages=[], items=[], tokens=tokens, dropped=dropped, over_budget=False,
                             usage=sidecar.usage(session), revision=previous.revision, stable_prefix=keep,
@@ -206,7 +189,7 @@ def render(sidecar: Sidecar, session: SessionRow, plan: Assembly,
     ``reasoning``: messages keep their stored reasoning; those renderings are made afresh, never kept.
     """
     store = sidecar.store()
-    rendered = sidecar.rendered
+    rendered = sidecar.runtime.rendered
     chosen: list[ItemRow] = plan.chosen  # type: ignore[assignment]
     summaries = store.summaries(session.session_id, [i.ref_id for i in chosen if i.kind == "summary"])
     messages: list[bytes] = []
@@ -251,7 +234,7 @@ def _render_missing(sidecar: Sidecar, session: SessionRow, plan: Assembly, messa
             messages[index] = utf8(dumps(message))
             continue
         if item.position not in plan.answered:
-            messages[index] = sidecar.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]
+            messages[index] = sidecar.runtime.rendered.put(item.position, pruned, utf8(dumps(message)), head)[0]
             continue
         keep = plan.answered[item.position]
         calls = [call for call in message.get("tool_calls") or () if call["id"] in keep]
@@ -272,10 +255,6 @@ def render_stored_summary(summary: SummaryRow) -> str:
 
 CALIBRATION_SMOOTHING = 0.5
 CALIBRATION_BOUNDS = (0.25, 4.0)
-OVERHEAD_SAMPLES = 8
-"""Recent reports a session's prompt overhead is fitted on."""
-CACHE_HIT_SMOOTHING = 0.3
-"""Weight of the newest report in the smoothed cache hit rate."""
 MIN_CALIBRATION_BASIS = 256
 """Contexts smaller than this (estimated tokens) say too little about the tokenizer to calibrate on."""
 
@@ -299,43 +278,22 @@ def report_usage(sidecar: Sidecar, params: ReportUsageParams) -> Usage | None:
         log.warning("context/reportUsage for %r ignored: 0 prompt tokens is no count of a real prompt",
                     params.session_id)
         return None
-    revision, basis = sidecar.assembled.get(session.session_id, (None, 0.0))
-    if revision != session.revision:
+    state = sidecar.runtime.of(session.session_id)
+    basis = state.calibration_basis(session.revision)
+    if basis is None:
         basis = sidecar.estimated_tokens(session) / session.calibration
     calibration = session.calibration
     if basis >= MIN_CALIBRATION_BASIS:
-        sample = calibration_sample(sidecar.prompt_samples.setdefault(session.session_id, []), basis, prompt)
+        sample = state.calibration_sample(basis, prompt)
         calibration = (1 - CALIBRATION_SMOOTHING) * calibration + CALIBRATION_SMOOTHING * sample
         calibration = min(max(calibration, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
-    # PROTOCOL.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
+    # docs/protocol.md names input + cacheRead + output; cache writes are prompt tokens too (Anthropic reports a
     # freshly cached prompt only there), so they count: 0 from providers that have no such figure.
     if prompt > 0:
-        last = counts["cacheReadTokens"] / prompt
-        previous = sidecar.cache_hits.get(session.session_id)
-        smoothed = last if previous is None else CACHE_HIT_SMOOTHING * last + (1 - CACHE_HIT_SMOOTHING) * previous[1]
-        sidecar.cache_hits[session.session_id] = (round(last, 4), smoothed)
+        state.note_cache_hits(counts["cacheReadTokens"], prompt)
     reported = prompt + params.output_tokens
     store.record_reported_usage(session.session_id, reported, calibration)
     return sidecar.usage(sidecar.session(session.session_id))
-
-
-def calibration_sample(samples: list[tuple[float, int]], basis: float, prompt: int) -> float:
-    """Provider tokens per estimated token, with a fixed prompt overhead (system prompt, tools) taken out.
-
-    The overhead is not in the stored history, so it is an offset, not a ratio: once the recent reports span
-    contexts of different sizes (the largest 1.5 times the smallest), a line through them separates the two.
-    """
-    samples.append((basis, prompt))
-    del samples[:-OVERHEAD_SAMPLES]
-    low, high = min(b for b, _ in samples), max(b for b, _ in samples)
-    if high < 1.5 * low:
-        return prompt / basis
-    mean_b = sum(b for b, _ in samples) / len(samples)
-    mean_p = sum(p for _, p in samples) / len(samples)
-    slope = sum((b - mean_b) * (p - mean_p) for b, p in samples) / sum((b - mean_b) ** 2 for b, _ in samples)
-    if mean_p - slope * mean_b < 0:  # no overhead after all: the plain ratio
-        return mean_p / mean_b
-    return slope
 
 
 def usage(sidecar: Sidecar, params: UsageParams) -> Usage:

@@ -6,7 +6,6 @@ import json
 import logging
 import re
 from collections.abc import Collection
-from datetime import datetime
 from typing import Any
 
 from protocol import errors as codes
@@ -35,7 +34,7 @@ from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.footer import session_standing
 from sidecar.engine.messages import check_message, message_row
 from sidecar.engine.rules import footer_rules
-from sidecar.rows import StoredMessage, SummaryRow
+from sidecar.rows import StoredMessage, SummaryRow, iso
 from sidecar.services.errors import SidecarError, id_not_found, invalid_params
 from sidecar.services.state import Sidecar
 from sidecar.wire import ParamsError
@@ -46,8 +45,6 @@ MAX_GREP_LIMIT = 1000
 SNIPPET_RADIUS = 80
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """Legal in JSON strings, not in UTF-8: DuckDB cannot store them."""
-RECENT_CALLS = 256
-"""Tool calls remembered per session, by id, to name the tool of the results that follow them."""
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +85,8 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
     if sidecar.workspace is not None and (existing is None or existing.workspace is None):
         info["workspace"] = sidecar.workspace
     names = _tool_names(params.messages)
-    recent = sidecar.recent_calls.setdefault(params.session_id, {})
+    state = sidecar.runtime.of(params.session_id)
+    recent = state.recent_calls
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
     names.update({call_id: recent[call_id] for call_id in pending if call_id in recent})
     pending = [call_id for call_id in pending if call_id not in names]
@@ -117,11 +115,9 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
         # An agent's turn: its next assemble (a delta) then renders nothing and reads no row.
         first = session.last_position - len(rows) + 1
         for offset, (message_id, row) in enumerate(zip(ids, rows, strict=True)):
-            sidecar.rendered.put_new(first + offset, message_id, row.raw)
+            sidecar.runtime.rendered.put_new(first + offset, message_id, row.raw)
     # Results usually follow their calls by one ingest: remembering the calls spares a query per result.
-    recent.update(_tool_names(params.messages))
-    while len(recent) > RECENT_CALLS:
-        del recent[next(iter(recent))]
+    state.remember_calls(_tool_names(params.messages))
     return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(session), warnings=warnings or None)
 
 
@@ -290,8 +286,3 @@ def delete_session(sidecar: Sidecar, params: DeleteSessionParams) -> DeleteSessi
     """Remove every row of a session; ``deleted: false`` when there was none."""
     check_session_id(params.session_id)
     return DeleteSessionResult(deleted=sidecar.store().delete_session(params.session_id))
-
-
-def iso(moment: datetime | None) -> str | None:
-    """Stored naive-UTC time as ISO-8601 with a Z."""
-    return None if moment is None else moment.isoformat(timespec="milliseconds") + "Z"

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from sidecar.engine.assembly import Assembly
 from sidecar.rows import Anchors, ItemRow, SessionRow
 
 MAX_BREAKPOINTS = 4
+PromptKey = tuple[int, int, bool, bool]
+"""(budget, freshTail, prune, reasoning): a prompt is compared only with one built by the same call."""
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class Prompt:
     """What a session's previous assemble returned, kept to compare the next one with and to answer ``since``."""
 
     revision: str
-    key: tuple[int, int, bool, bool]
+    key: PromptKey
     """(budget, freshTail, prune, reasoning) it was built with."""
     messages: list[bytes]
     anchor: int | None
@@ -43,7 +46,29 @@ class Prompt:
     pins: frozenset[int] = frozenset()
     """Positions of the anchored (system and pinned) items then: a pin or unpin since is a rewrite."""
 
-    def holds(self, key: tuple[int, int, bool, bool], session: SessionRow, settings: Any, anchors: Anchors) -> bool:
+    @classmethod
+    def assembled(cls, revision: str, key: PromptKey, session: SessionRow, settings: Any, plan: Assembly,
+                  messages: list[bytes], rows: Sequence[ItemRow], raw_tokens: Mapping[int, int] | None,
+                  pins: frozenset[int]) -> Prompt:
+        """The prompt assemble built from ``plan``; ``raw_tokens``: the rows' uncalibrated estimates, if not theirs."""
+        raw = [-1 if row.position in plan.pruned else raw_tokens[row.position] if raw_tokens else row.tokens
+               for row in rows]
+        return cls(revision=revision, key=key, messages=messages, anchor=plan.start, summaries=session.summary_count,
+                   frontier=session.pruned_upto, settings=settings, calibration=session.calibration,
+                   last_position=session.last_position, tokens=plan.tokens, over_budget=plan.over_budget,
+                   leading=leading_breakpoints(rows), raw=raw, session_revision=session.revision, pins=pins)
+
+    def append(self, revision: str, session: SessionRow, messages: list[bytes], raw: Iterable[int], tokens: int,
+               pins: frozenset[int]) -> int:
+        """Messages appended at the end (a delta reply), as of ``session``; returns how many it kept from before."""
+        kept = len(self.messages)
+        self.messages.extend(messages)
+        self.raw.extend(raw)
+        self.revision, self.tokens, self.pins = revision, tokens, pins
+        self.last_position, self.session_revision = session.last_position, session.revision
+        return kept
+
+    def holds(self, key: PromptKey, session: SessionRow, settings: Any, anchors: Anchors) -> bool:
         """Whether nothing but appending happened since, for a call with ``key``; ``anchors`` are the session's now.
 
         Appended pinned messages keep their place at the end; a pin or unpin of an older message, or a new system
@@ -57,7 +82,7 @@ class Prompt:
         return frozenset(p for p in anchors.positions if p <= last) == self.pins \
             and not any(p > last for p in anchors.system)
 
-    def anchors(self, key: tuple[int, int, bool, bool], session: SessionRow, settings: Any) -> bool:
+    def anchors(self, key: PromptKey, session: SessionRow, settings: Any) -> bool:
         """Whether the fill may keep starting where this one did: the same call, no compaction, the same settings.
 
         A prune step keeps the anchor: the prompt shrinks, and it changes only from the first pruned output on.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,34 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+RESUME_PREFIX = 256
+"""Bytes of the line a window starts at that are kept, to tell that the file still holds that line there."""
+
+
+@attrs.frozen
+class Resume:
+    """Where the next read of a growing file may start (see ``importers.common.resume_line``)."""
+
+    offset: int
+    line: int
+    prelude: list[tuple[int, int]]
+    """Lines read before it, as (line number, byte offset): a session's header, the turn settings in force."""
+    prefix: bytes
+    """The first bytes of that line: a file rewritten in place under the same name holds others there."""
+    inode: int
+
+    def still_there(self, path: Path) -> bool:
+        """Whether the file is still the one this was taken from, that far."""
+        try:
+            with path.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_ino != self.inode:
+                    return False
+                fh.seek(self.offset)
+                return fh.read(len(self.prefix)) == self.prefix
+        except OSError:
+            return False
+
+
 @attrs.frozen
 class Read:
     """A transcript as read from its file, checked, with a fingerprint of each message."""
@@ -39,6 +68,10 @@ class Read:
     session_id: str
     fingerprints: dict[str, str]
     """Per message id, a digest of the message as converted: what changed since an earlier read."""
+    resume: Resume | None = None
+    """Where the next read may start, when asked for."""
+    window: bool = False
+    """Only part of the file was read (from an earlier read's ``resume``)."""
 
 
 @attrs.frozen
@@ -58,17 +91,24 @@ class Stored:
     """The transcript's compactions not recorded yet (``Found.upto`` None: none of their messages is stored)."""
 
 
-def read(path: Path, params: ImportParams) -> Read:
-    """Parse and check a transcript file; -32602 naming ``path`` or ``format`` when it cannot be read."""
-    from sidecar.importers import FORMATS, ImportFormatError, parse_transcript
+def read(path: Path, params: ImportParams, start: Resume | None = None, resumable: bool = False) -> Read:
+    """Parse and check a transcript file; -32602 naming ``path`` or ``format`` when it cannot be read.
+
+    ``start``: read only from there on (an earlier read's ``resume``, the format named). ``resumable``: find where
+    the next read may start.
+    """
+    from sidecar.importers import FORMATS, ImportFormatError, Window, parse_transcript
 
     fmt = params.format or "auto"
     if fmt != "auto" and fmt not in FORMATS:
         raise invalid_params(f"format must be auto or one of {', '.join(FORMATS)}", "format")
     if not path.is_file():
         raise invalid_params(f"no transcript file at {str(path)!r}", "path")
+    window = None
+    if resumable or start is not None:
+        window = Window(start.offset, start.line, start.prelude) if start else Window()
     try:
-        parsed = parse_transcript(path, fmt, follow=bool(params.follow))
+        parsed = parse_transcript(path, fmt, follow=bool(params.follow), window=window)
     except ImportFormatError as error:
         raise invalid_params(str(error), "format") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -88,7 +128,27 @@ def read(path: Path, params: ImportParams) -> Read:
             raise invalid_params(f"{path.name}: {error}", error.field) from None
         text = json.dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         fingerprints[message["id"]] = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    return Read(path, parsed, session_id, fingerprints)
+    resume = _resume(path, parsed, window) if resumable and window is not None else None
+    return Read(path, parsed, session_id, fingerprints, resume, window=start is not None)
+
+
+def _resume(path: Path, parsed: ParsedTranscript, window: Any) -> Resume | None:
+    """Where the next read of the file may start, from what this one found."""
+    from sidecar.importers import RESUME_ROLES
+    from sidecar.importers.common import resume_line
+
+    found = resume_line(parsed, RESUME_ROLES.get(parsed.format, ()))
+    if found is None:
+        return None
+    line, prelude = found
+    offsets = [window.offsets.get(n) for n in (line, *prelude)]
+    if any(offset is None for offset in offsets):
+        return None
+    with path.open("rb") as fh:
+        inode = os.fstat(fh.fileno()).st_ino
+        fh.seek(offsets[0])
+        prefix = fh.read(RESUME_PREFIX)
+    return Resume(offsets[0], line, [(n, window.offsets[n]) for n in prelude], prefix, inode)
 
 
 def store(sidecar: Sidecar, read: Read, known: dict[str, str] | None = None) -> Stored:
@@ -108,7 +168,7 @@ def store(sidecar: Sidecar, read: Read, known: dict[str, str] | None = None) -> 
     replaced = 0
     if replacements:
         replaced = store_.replace_messages(session_id, replacements)
-        sidecar.rendered.clear()  # positions now hold other messages than the ones rendered
+        sidecar.runtime.rendered.clear()  # positions now hold other messages than the ones rendered
     info = parsed.session or {}
     if fresh or not exists or known is None:
         result = ingest(sidecar, IngestParams(session_id=session_id, messages=fresh, session=SessionInfo(
@@ -132,12 +192,14 @@ def import_transcript(sidecar: Sidecar, params: ImportParams) -> Stored:
     return store(sidecar, read(path, params))
 
 
-async def record_found(runner: CompactionRunner, found: list[Found]) -> int:
-    """Record the agent's own compactions a transcript holds (as memory/recordCompaction does); how many were.
+async def record_found(runner: CompactionRunner, found: list[Found]) -> tuple[int, list[Found]]:
+    """Record the agent's own compactions a transcript holds (as memory/recordCompaction does): how many were, and
+    those dealt with (recorded now or before).
 
     One whose messages are not stored (it replaced nothing here) is skipped; one that fails (a compaction of the
     session running) is logged and left for the next read of the file.
     """
+    done: list[Found] = []
     count = 0
     for item in found:
         if item.upto is None:
@@ -151,7 +213,9 @@ async def record_found(runner: CompactionRunner, found: list[Found]) -> int:
                         item.params.session_id, error.message)
             continue
         count += outcome.recorded
-    return count
+        if outcome.recorded or outcome.summary_id:
+            done.append(item)
+    return count, done
 
 
 def _changes(sidecar: Sidecar, session_id: str, messages: list[dict[str, Any]], wanted: list[dict[str, Any]]

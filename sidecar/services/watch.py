@@ -48,6 +48,9 @@ SCAN_SECONDS = 1.0
 """How often the agents' directories are looked at for new files (a stat per directory; listed when changed)."""
 TICK_BUDGET = 0.5
 """Seconds of imports per look before the next one: a backlog of earlier sessions does not hold up live ones."""
+WHOLE_READ_SECONDS = 30.0
+"""A growing file is read from where its last turn started, and whole again at most this often: what the window
+reads converges on what a whole read stores, and the whole read settles anything it could not see."""
 MAX_DIRECTORIES = 32
 """Directories one watch may name."""
 
@@ -83,6 +86,13 @@ class Tail:
     """The message whose provider usage was last reported, with that usage."""
     problem: str | None = None
     imported: bool = False
+    skipped: str | None = None
+    """Why the file is not imported although it reads well (its session is another client's)."""
+    resume: transcripts.Resume | None = None
+    """Where the next read may start; None: read the whole file."""
+    whole_read_at: float = 0.0
+    pending: list[transcripts.Found] = attrs.field(factory=list)
+    """Compactions found but not recorded yet (a compaction of the session was running): tried again."""
 
 
 @attrs.define(eq=False)
@@ -111,6 +121,8 @@ class WatchService:
         self.by_owner: dict[object, dict[str, WatchKey]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._looked = asyncio.Event()
+        """Set after each look at the followed files (for ``caught_up``)."""
         self._runner: Any = None
 
     @property
@@ -153,6 +165,24 @@ class WatchService:
         self._start()
         return self.result(watch)
 
+    async def caught_up(self, workspace: str, timeout: float) -> bool:
+        """Wait, at most ``timeout`` s, until each transcript watched for the workspace has been read once.
+
+        The memory tools over a workspace wait for this, so that the earlier sessions a watch just found are in
+        the answer; whether they all were.
+        """
+        key = workspace_key(workspace)
+        deadline = time.monotonic() + timeout
+        while any(tail.workspace == key and not tail.imported and tail.problem is None and not tail.follower.waiting
+                  for tail in self.tails.values()):
+            left = deadline - time.monotonic()
+            if left <= 0 or self._task is None or self._task.done():
+                return False
+            self._looked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._looked.wait(), left)
+        return True
+
     def result(self, watch: Watch) -> WatchResult:
         """What a watch follows, as memory/watch answers."""
         states = []
@@ -160,10 +190,10 @@ class WatchService:
             tail = self.tails.get(path)
             if tail is None:
                 continue
-            state = "error" if tail.problem else "waiting" if tail.follower.waiting else \
-                "following" if tail.imported else "queued"
-            states.append(WatchedTranscript(path=str(path), agent=agent, state=state,
-                                            session_id=tail.follower.session, problem=tail.problem))
+            state = "error" if tail.problem else "skipped" if tail.skipped else "waiting" if tail.follower.waiting \
+                else "following" if tail.imported else "queued"
+            states.append(WatchedTranscript(path=str(path), agent=agent, state=state, session_id=tail.follower.session,
+                                            problem=tail.problem or tail.skipped or tail.follower.waiting))
         directories = [WatchedDirectory(path=str(state.source.path), agent=state.source.agent, exists=state.exists,
                                         problem=state.problem) for state in watch.scanner.states]
         return WatchResult(workspace=watch.key[0], watching=True, transcripts=states, directories=directories,
@@ -235,6 +265,7 @@ class WatchService:
                 if now >= watch.next_scan:
                     await self._scan(watch)
             await self._follow()
+            self._looked.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
 
@@ -287,26 +318,52 @@ class WatchService:
     async def _import(self, tail: Tail, path: Path, session: str | None, fmt: str) -> ImportResult:
         """Read the file in a thread and store what changed; tell the connections following its session."""
         params = ImportParams(path=str(path), session_id=session, format=fmt, follow=True)
+        if session is not None and tail.imported and self.sidecar.store().session(session) is None:
+            tail.known, tail.resume = None, None  # deleted meanwhile (memory/deleteSession): stored again whole
+        start = tail.resume if time.monotonic() - tail.whole_read_at < WHOLE_READ_SECONDS else None
+        if start is not None and not await asyncio.to_thread(start.still_there, path):
+            start = None  # rewritten in place: read it whole
+        read = await self._read(path, params, start)
+        if read.window and (read.parsed.incomplete or any(c.upto is None for c in read.parsed.compactions)):
+            read = await self._read(path, params, None)  # the window lacks what a compaction kept
+        if not read.window:
+            tail.whole_read_at = time.monotonic()
+        tail.resume = read.resume
+        sidecar = self.sidecar
+        sidecar.workspace = tail.workspace
+        existing = sidecar.store().session(read.session_id)
+        if existing is not None and (existing.metadata or {}).get("proxy"):
+            # The proxy stores this conversation as it passes, under the agent's session id, with ids of its own.
+            if tail.skipped is None:
+                log.info("%s is not imported: its session %s is written by context-sidecar proxy", path,
+                         read.session_id)
+            tail.skipped = f"session {read.session_id} is written by context-sidecar proxy; not imported again"
+            raise NothingYet(tail.skipped)
+        stored = transcripts.store(sidecar, read, tail.known)
+        first = not tail.imported
+        tail.known = {**(tail.known or {}), **read.fingerprints}
+        tail.problem, tail.imported = None, True
+        result = stored.result
+        changed = first or len(result.ids) - result.duplicates > 0
+        found = [*tail.pending, *stored.compactions]
+        if found:
+            _, recorded = await transcripts.record_found(self._compactions(), found)
+            tail.pending = [item for item in found if item not in recorded and item.upto is not None]
+        reported = self._provider_usage(tail, read)
+        if changed or reported or found:
+            self.audience.settle_later()
+            self.audience.push_usage(sidecar.usage(sidecar.session(result.session_id)))
+        return result
+
+    @staticmethod
+    async def _read(path: Path, params: ImportParams, start: transcripts.Resume | None) -> transcripts.Read:
+        """Read the file (from ``start``, or whole) in a thread; NothingYet when it holds nothing to import yet."""
         try:
-            read = await asyncio.to_thread(transcripts.read, path, params)
+            return await asyncio.to_thread(transcripts.read, path, params, start, True)
         except SidecarError as error:
             if nothing_yet(error.message):
                 raise NothingYet(error.message) from None
             raise
-        sidecar = self.sidecar
-        sidecar.workspace = tail.workspace
-        stored = transcripts.store(sidecar, read, tail.known)
-        first = not tail.imported
-        tail.known, tail.problem, tail.imported = read.fingerprints, None, True
-        result = stored.result
-        changed = first or len(result.ids) - result.duplicates > 0
-        if stored.compactions:
-            await transcripts.record_found(self._compactions(), stored.compactions)
-        reported = self._provider_usage(tail, read)
-        if changed or reported or stored.compactions:
-            self.audience.settle_later()
-            self.audience.push_usage(sidecar.usage(sidecar.session(result.session_id)))
-        return result
 
     def _provider_usage(self, tail: Tail, read: transcripts.Read) -> bool:
         """Report the usage the provider counted for the transcript's last message, when that is an assistant's.
@@ -328,7 +385,8 @@ class WatchService:
         if stored is None or session.last_position != stored.seq:
             return False  # not the newest message stored (another file's, or an older branch)
         # The provider counted the context before the answer: that is the basis of the calibration sample.
-        sidecar.assembled[session.session_id] = (session.revision, max(0.0, session.context_tokens - stored.tokens))
+        sidecar.runtime.of(session.session_id).note_assembled(session.revision,
+                                                              max(0.0, session.context_tokens - stored.tokens))
         usage = context.report_usage(sidecar, ReportUsageParams(
             session_id=session.session_id, input_tokens=int(counted.get("input", 0)),
             output_tokens=int(counted.get("output", 0)), cache_read_tokens=int(counted.get("cacheRead", 0)),

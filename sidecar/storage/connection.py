@@ -58,7 +58,12 @@ def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
     if not MEMORY_SIZE.fullmatch(memory_limit):
         raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as {DEFAULT_MEMORY_LIMIT!r}")
     if path != MEMORY:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as error:
+            raise StorageFailure(f"cannot open {path}: cannot create its directory {directory}: "
+                                 f"{error.strerror}") from error
     config: dict[str, str | bool | int | float | list[str]] = {"memory_limit": memory_limit, "threads": 2}
     try:
         if path == MEMORY:

@@ -39,6 +39,7 @@ from sidecar.storage.lineage import LineageQueries
 from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.storage.tail import TailCache
+from sidecar.storage.workspace import WorkspaceQueries
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id,
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFiles):
+class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFiles, WorkspaceQueries):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:

@@ -20,7 +20,7 @@ _NULLABLE_TIMES = {"earliest_at", "latest_at"}
 
 
 @attrs.define(frozen=True)
-class Replaced:
+class ReplacedSpan:
     """What a compaction replaces: the session's items from ``first`` to ``last`` but ``kept``, and their totals."""
 
     first: int
@@ -130,7 +130,7 @@ class LineageQueries:
         return [AgentCompactionRow(*row) for row in rows]
 
     def apply_compaction(self, session_id: str, summaries: Sequence[SummaryRow],
-                         sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
+                         sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: ReplacedSpan,
                          added: Sequence[tuple[int, str, int]], pruned: tuple[int, int, int] | None = None,
                          agent: AgentCompactionRow | None = None) -> None:
         """Store summaries and lineage, and swap context items, in one transaction.
@@ -165,7 +165,7 @@ class LineageQueries:
         self._anchors.pop(session_id, None)
 
     def _apply(self, session: SessionRow, after: SessionRow, summaries: Sequence[SummaryRow],
-               sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: Replaced,
+               sources: Sequence[tuple[str, Sequence[tuple[str, str]]]], replaced: ReplacedSpan,
                added: Sequence[tuple[int, str, int]], agent: AgentCompactionRow | None = None) -> None:
         """apply_compaction's transaction."""
         session_id, now = session.session_id, after.updated_at

@@ -33,10 +33,12 @@ commands:
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
+  mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
-socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar or /tmp/context-sidecar-UID); every
-context-sidecar on that file relays its stdio to the host, so editors and agents see the same sessions.
+socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar, /run/user/UID/context-sidecar or
+/tmp/context-sidecar-UID); every context-sidecar on that file relays its stdio to the host, so editors
+and agents see the same sessions.
 --no-share (or the setting storage.share: false) opens the database in this process instead; ':memory:'
 is never shared.
 
@@ -184,6 +186,16 @@ is written and the exit code is 1. --db PATH is passed on to the server and the 
                       help="seconds to stay up without connections (default 5)")
     host.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, metavar="SIZE",
                       help=f"DuckDB memory_limit (default {DEFAULT_MEMORY_LIMIT})")
+
+    mcp = commands.add_parser(
+        "mcp", parents=[in_command], help="serve the memory tools to an agent over MCP (stdio)",
+        description="Serve MCP on stdin/stdout (newline-delimited JSON-RPC) for a coding agent: the tools memory_grep, "
+                    "memory_describe, memory_expand and memory_query over every session of the client's workspace (its "
+                    "first MCP root, else this directory), the agent's current session first. It reaches the "
+                    "database through its shared host like every client; logs go to stderr or --log-file.")
+    mcp.add_argument("--settings", type=settings_object, metavar="JSON",
+                     help="settings for this client's connection (a JSON object), e.g. the summarizer memory_query "
+                          "answers with: '{\"llm\": {\"model\": \"gpt-4o-mini\"}}'")
     return parser
 
 
@@ -252,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off, settings=args.settings)
+    if args.command == "mcp":
+        from sidecar.mcp.server import run
+
+        return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
     if args.command == "hook":
         from sidecar.tools.hook import run_hook
 
@@ -289,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(db: str | None, client_process_id: int | None, share: bool = True, verbose: int = 0,
           log_file: str | None = None) -> int:
     """Serve the protocol on stdio until ``exit``, relaying to the database's host when it is shared."""
+    from sidecar.config.sockets import database_key
     from sidecar.rpc import startup as early_start
 
     stdout = sys.stdout.buffer
@@ -304,11 +321,18 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
 
             log_args = ["-" + "v" * verbose] if verbose else []
             log_to = {"logFile": os.path.abspath(log_file), "verbose": verbose} if log_file else None
-            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to)
+
+            def answer() -> tuple[Any, Any] | None:
+                # As the host will: it names the database by its real path.
+                early_start.answer(early, stdout, database_key(wanted[0]))
+                return (early.frames[0].message["id"], early.answered) if early.answered is not None else None
+
+            code = relay.serve(bytes(early.raw), wanted[0], wanted[1], log_args, client_process_id, log_to, answer)
             if code is not None:
                 return code
         early_start.preload()
-        early = early_start.answer(early, stdout, db)
+        if early.answered is None:
+            early = early_start.answer(early, stdout, db)
 
     from sidecar.rpc.handlers import setup  # waits for the thread importing it
     from sidecar.rpc.server import SidecarServer

@@ -149,6 +149,10 @@ async def handle(payload: dict[str, Any], db: str | None, log_path: Path,
     if event == "SessionStart" and payload.get("source") != "compact":
         return None, f"source {payload.get('source')!r}: nothing to restore"
     session_id = _text(payload, "session_id")
+    if event == "PostCompact":
+        _text(payload, "compact_summary")
+    elif event == "PreCompact":
+        _transcript(payload)
     cwd = payload.get("cwd")
     if isinstance(cwd, str) and os.path.isdir(cwd):
         os.chdir(cwd)  # the sidecar records the session's workspace from its working directory
@@ -180,13 +184,23 @@ async def _close(client: SidecarClient) -> None:
                 client.process.kill()
 
 
+def _transcript(payload: dict[str, Any]) -> str:
+    """The hook's transcript file; HookProblem when there is none."""
+    path = payload.get("transcript_path")
+    if not isinstance(path, str) or not path:
+        raise HookProblem("malformed hook input: no transcript_path")
+    if not os.path.isfile(path):
+        raise HookProblem(f"no transcript at {path!r}")
+    return path
+
+
 async def _import(client: SidecarClient, payload: dict[str, Any], required: bool = True) -> t.ImportResult | None:
     """memory/import of the hook's transcript (a complete file: nothing is written while the hook runs)."""
-    path = payload.get("transcript_path")
-    if not isinstance(path, str) or not path or not os.path.isfile(path):
+    try:
+        path = _transcript(payload)
+    except HookProblem:
         if required:
-            raise HookProblem(f"no transcript at {path!r}" if isinstance(path, str) and path
-                              else "malformed hook input: no transcript_path")
+            raise
         return None
     return await client.import_transcript(path, format="claude-code", follow=True)
 
@@ -202,16 +216,25 @@ async def pre_compact(client: SidecarClient, session_id: str,
 
 async def session_start(client: SidecarClient, session_id: str,
                         payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request."""
-    imported = await _import(client, payload, required=False)
-    session = imported.session_id if imported is not None else session_id
+    """After Claude Code compacted: its standing rules and files, as additionalContext for the next request.
+
+    PreCompact imported the transcript a moment ago (Claude Code runs it first), so the transcript is read again
+    only when the session is not in memory at all.
+    """
+    session = session_id
     try:
         rules = await client.rules(session)
     except SidecarRequestError as error:
-        if error.code == codes.UNKNOWN_SESSION:
-            raise HookProblem(f"session {session} is not in context-sidecar's memory") from None
-        raise
-    text = restore_text(rules)
+        if error.code != codes.UNKNOWN_SESSION:
+            raise
+        imported = await _import(client, payload, required=False)
+        if imported is None:
+            raise HookProblem(f"session {session} is not in context-sidecar's memory, and there is no transcript "
+                              f"at {payload.get('transcript_path')!r}") from None
+        session = imported.session_id
+        rules = await client.rules(session)
+    cwd = payload.get("cwd")
+    text = restore_text(rules, cwd if isinstance(cwd, str) else None)
     if text is None:
         return None, f"session {session}: no standing rules or files to restore"
     output = {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
@@ -223,24 +246,21 @@ async def post_compact(client: SidecarClient, session_id: str,
                        payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """Record Claude Code's own summary with the session."""
     summary = _text(payload, "compact_summary")
-    trigger = payload.get("trigger") if payload.get("trigger") in ("manual", "auto") else None
-    params = {"sessionId": session_id, "summary": summary, "source": SOURCE}
-    if trigger:
-        params["trigger"] = trigger
+    trigger = payload.get("trigger")
+    trigger = trigger if trigger in ("manual", "auto") else None
     try:
-        result = await client.request("memory/recordCompaction", params)
+        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
     except SidecarRequestError as error:
-        if error.code == codes.METHOD_NOT_FOUND:
-            raise HookProblem("this context-sidecar does not record compactions (no memory/recordCompaction)") from None
         if error.code != codes.UNKNOWN_SESSION or await _import(client, payload, required=False) is None:
             raise
-        result = await client.request("memory/recordCompaction", params)
-    recorded = "recorded" if result.get("recorded") else "already recorded"
-    return None, f"session {session_id}: Claude Code's summary {recorded} as {result.get('summaryId')}"
+        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
+    recorded = "recorded" if result.recorded else "already recorded"
+    return None, f"session {session_id}: Claude Code's summary {recorded} as {result.summary_id}"
 
 
-def restore_text(rules: t.RulesResult) -> str | None:
-    """The additionalContext: labelled, the rules verbatim, then files, within ``MAX_CONTEXT_CHARS``."""
+def restore_text(rules: t.RulesResult, cwd: str | None = None) -> str | None:
+    """The additionalContext: labelled, the rules verbatim, then files (relative to ``cwd`` when under it), within
+    ``MAX_CONTEXT_CHARS``."""
     if not (rules.rules or rules.modified or rules.read):
         return None
     lines = ["[context-sidecar] Carried over from before this conversation was compacted (the full history stays "
@@ -257,7 +277,7 @@ def restore_text(rules: t.RulesResult) -> str | None:
         section = ["", title]
         used = len("\n".join(lines + section))
         shown = 0
-        for path in paths[:cap]:
+        for path in (_relative(path, cwd) for path in paths[:cap]):
             if used + len(path) + 3 > MAX_CONTEXT_CHARS - 40:
                 break
             section.append(f"- {path}")
@@ -268,3 +288,12 @@ def restore_text(rules: t.RulesResult) -> str | None:
         if shown:
             lines += section
     return "\n".join(lines)[:MAX_CONTEXT_CHARS]
+
+
+def _relative(path: str, cwd: str | None) -> str:
+    """``path`` relative to ``cwd`` when it lies under it (Claude Code's tools name absolute paths)."""
+    if cwd and os.path.isabs(path):
+        root = cwd.rstrip(os.sep) + os.sep
+        if path.startswith(root):
+            return path[len(root):]
+    return path

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import attrs
 
+from sidecar.agents import locations
 from sidecar.tools import agent_config
 from sidecar.tools.agent_config import SERVER, ConfigError
 from sidecar.tools.jsonedit import loads, new_document
@@ -59,25 +60,16 @@ def command_path() -> str:
     raise SetupError(f"cannot find the {SERVER} command (install the package so that it is on PATH)")
 
 
-def home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("HOME") or Path.home())
-
-
 def claude_files(env: Mapping[str, str], project: Path | None) -> tuple[Path, Path]:
-    """(where Claude Code 2.1 reads MCP servers, its settings file), of the user or of a project."""
+    """(where Claude Code reads MCP servers, its settings file), of the user or of a project."""
     if project is not None:
         return project / ".mcp.json", project / ".claude" / "settings.json"
-    config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home(env) / ".claude")
-    legacy = config_dir / ".config.json"  # Claude Code keeps using this file where it still exists
-    global_config = legacy if legacy.is_file() else Path(env.get("CLAUDE_CONFIG_DIR") or home(env)) / ".claude.json"
-    return global_config, config_dir / "settings.json"
+    return locations.claude_user_config(env), locations.claude_settings(env)
 
 
 def codex_file(env: Mapping[str, str], project: Path | None) -> Path:
-    """Codex's config.toml: ``$CODEX_HOME`` (default ``~/.codex``), or a project's ``.codex/``."""
-    if project is not None:
-        return project / ".codex" / "config.toml"
-    return Path(env.get("CODEX_HOME") or home(env) / ".codex") / "config.toml"
+    """Codex's config.toml: the user's, or a project's ``.codex/config.toml``."""
+    return project / ".codex" / "config.toml" if project is not None else locations.codex_config(env)
 
 
 def _read(path: Path) -> str | None:

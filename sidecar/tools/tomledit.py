@@ -39,15 +39,17 @@ def key_text(key: str) -> str:
 
 
 def value_text(value: Any) -> str:
-    """A string, boolean, number or list of them as TOML inline syntax."""
+    """A string, boolean, number, list or table (an inline one) as TOML inline syntax."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(value_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key_text(str(k))} = {value_text(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no TOML for {type(value).__name__}")
 
 

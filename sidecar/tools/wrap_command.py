@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.tools.proxy_command import HOST, ProxyOptions, add_options, running
+from sidecar.tools.tomledit import value_text
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +79,6 @@ def codex_provider(env: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
     return provider.pop("base_url", None), provider
 
 
-def toml_value(value: Any) -> str:
-    """A value as TOML (inline tables for dicts), for ``codex -c key=value``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))
-
-
 def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
                   provider: dict[str, Any]) -> list[str]:
     """The agent's command line, pointed at the proxy (``env`` is updated in place)."""
@@ -102,7 +90,7 @@ def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
         return [binary, *args]
     entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/v1"}
     overrides = ["-c", f"model_provider={json.dumps(PROVIDER)}",
-                 "-c", f"model_providers.{PROVIDER}={toml_value(entry)}"]
+                 "-c", f"model_providers.{PROVIDER}={value_text(entry)}"]
     return [binary, *overrides, *args]
 
 

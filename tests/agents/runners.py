@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sidecar.tools.tomledit import key_text, value_text
 from tests.agents.world import RUN_TIMEOUT, AgentRun, AgentWorld, kill_group
 
 Event = dict[str, Any]
@@ -270,24 +271,11 @@ def merged(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_toml(table: Mapping[str, Any], prefix: str = "") -> str:
     """A TOML document for ``table`` (strings, numbers, booleans, lists of those, nested tables)."""
-    scalars = [f"{_key(k)} = {_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
+    scalars = [f"{key_text(k)} = {value_text(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
     text = "\n".join(scalars) + ("\n" if scalars else "")
     for key, value in table.items():
         if isinstance(value, Mapping):
-            name = f"{prefix}.{_key(key)}" if prefix else _key(key)
+            name = f"{prefix}.{key_text(key)}" if prefix else key_text(key)
             text += f"\n[{name}]\n" + to_toml(value, name)
     return text
 
-
-def _key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    return json.dumps(str(value))

@@ -12,7 +12,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
+from sidecar.config.sockets import socket_path
 from sidecar.rpc import handshake
 
 WAIT = 30.0
@@ -43,3 +45,9 @@ def short_runtime() -> Iterator[Path]:
             with contextlib.suppress(Exception):
                 os.kill(host_pid(sock), signal.SIGKILL)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def sock_of(runtime: Path, db: Path) -> Path:
+    """The socket of ``db``'s host under the runtime directory ``runtime``."""
+    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
+        return socket_path(str(db))

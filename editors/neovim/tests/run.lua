@@ -687,6 +687,75 @@ local function main()
     end)
   end)
 
+  t.test('an agent\'s transcript is followed with no MCP server: a line appended is found and moves the statusline',
+    function()
+      local workspace = vim.fn.tempname()
+      vim.fn.mkdir(workspace, 'p')
+      local agents = vim.fn.tempname()
+      local saved = {}
+      for _, name in ipairs({ 'CLAUDE_CONFIG_DIR', 'CODEX_HOME', 'PI_CODING_AGENT_DIR' }) do
+        saved[name] = vim.env[name]
+        vim.env[name] = agents .. '/' .. name:lower() -- where this Neovim's agents keep their transcripts
+      end
+      local project = vim.env.CLAUDE_CONFIG_DIR .. '/projects/' .. (workspace:gsub('[^%w]', '-'))
+      vim.fn.mkdir(project, 'p')
+      local path = project .. '/cc-nvim.jsonl'
+      local parent, count = vim.NIL, 0
+      -- Appends one entry as Claude Code 2.1 writes it (a queued prompt first for a user entry).
+      local function write(kind, message)
+        count = count + 1
+        local uuid = string.format('00000000-0000-4000-8000-%012d', count)
+        local entry = { parentUuid = parent, isSidechain = false, userType = 'external', cwd = workspace,
+          sessionId = 'cc-nvim', version = '2.1.197', gitBranch = 'main', type = kind, message = message,
+          uuid = uuid, timestamp = '2026-11-20T09:00:00.000Z' }
+        parent = uuid
+        local file = assert(io.open(path, 'a'))
+        if kind == 'user' then
+          file:write(vim.fn.json_encode({ type = 'queue-operation', operation = 'enqueue', sessionId = 'cc-nvim',
+            timestamp = '2026-11-20T09:00:00.000Z', content = message.content }) .. '\n')
+        end
+        file:write(vim.fn.json_encode(entry) .. '\n')
+        file:close()
+      end
+      local function answer(text, cache_read)
+        write('assistant', { id = 'msg_' .. count, type = 'message', role = 'assistant',
+          model = 'claude-sonnet-4-5-20250929', content = { { type = 'text', text = text } }, stop_reason = 'end_turn',
+          usage = { input_tokens = 4, cache_creation_input_tokens = 600, cache_read_input_tokens = cache_read,
+            output_tokens = 40 } })
+        return 4 + 600 + cache_read + 40
+      end
+      t.finally(function()
+        write('user', { role = 'user', content = 'Where does the parser drop the last token?' })
+        local counted = answer('In tokenize(): the loop stops one short.', 20000)
+        restart_in(workspace)
+        t.eq(sidecar.watched(), workspace)
+        t.wait_for('the agent\'s session, counted by its provider', function()
+          local usage = sidecar.usage()
+          return usage and usage.sessionId == 'cc-nvim' and usage.source == 'provider' and usage.tokens == counted
+        end, 30000)
+        t.eq(sidecar.statusline(), status.format(sidecar.usage()))
+        t.eq(sidecar.watching.transcripts[1].path, path)
+
+        write('user', { role = 'user', content = 'And the PELICAN test, why does it fail?' })
+        t.wait_for('the appended line', function()
+          return sidecar.usage().messages == 3
+        end, 30000)
+        local found = request('memory/callTool', { sessionId = 'cc-nvim', name = 'memory_grep',
+          arguments = vim.fn.json_encode({ pattern = 'PELICAN' }) })
+        t.match(found.message.content, 'And the PELICAN test, why does it fail%?')
+
+        local later = answer('It reads a fixture that moved.', 26000)
+        t.wait_for('the agent\'s next count in the statusline', function()
+          return sidecar.usage().tokens == later
+        end, 30000)
+        t.eq(sidecar.statusline(), status.format(sidecar.usage()))
+      end, function()
+        for name, value in pairs(saved) do
+          vim.env[name] = value
+        end
+      end)
+    end)
+
   t.test('a crashed server is restarted, up to the limit', function()
     require('context_sidecar.config').options.restart = { limit = 1, window_ms = 60000 }
     local first = sidecar.client()

@@ -5,6 +5,7 @@ import { SidecarClient } from './client';
 import { DidCompactParams, ErrorCodes, Methods, SETTINGS_SECTION, Usage } from './protocol';
 import { SidecarRequests } from './rpc';
 import { SessionSelection } from './sessions';
+import { agentEnv } from './settings';
 import { formatTokens } from './status';
 import { UsageStatusBar } from './statusBar';
 
@@ -15,14 +16,18 @@ export class SidecarController implements vscode.Disposable {
   private readonly selectionListener: vscode.Disposable;
   /** The pinned session this connection follows by request. */
   private followedSession: string | undefined;
+  /** The folder whose agent transcripts this connection has the server follow. */
+  private watchedFolder: string | undefined;
 
   constructor(private readonly output: vscode.OutputChannel) {
     this.client = new SidecarClient(output, {
       onUsage: (usage: Usage) => this.selection.notified(usage),
       onDidCompact: (params: DidCompactParams) => this.didCompact(params),
       onRunning: () => {
-        this.followedSession = undefined; // a new connection follows nothing yet
+        this.followedSession = undefined; // a new connection follows and watches nothing yet
+        this.watchedFolder = undefined;
         void this.follow()
+          .then(() => this.watchAgents())
           .then(() => this.followPinned())
           .then(() => this.refresh());
       },
@@ -66,6 +71,41 @@ export class SidecarController implements vscode.Disposable {
       await requests.follow({ workspace: folder, follow: this.workspace() !== undefined });
     } catch (error) {
       this.output.appendLine(`Following the sessions of ${folder} failed: ${String(error)}`);
+    }
+  }
+
+  /**
+   * `memory/watch` the workspace folder (unless `watchAgents` is off): the server follows the transcripts
+   * Claude Code, Codex and pi write for it, so their sessions show with no MCP server or hook running. The
+   * transcripts are where the agents keep them for this window's environment.
+   */
+  async watchAgents(): Promise<void> {
+    const requests = this.client.requests;
+    const enabled = vscode.workspace.getConfiguration(SETTINGS_SECTION).get<boolean>('watchAgents', true);
+    const served = this.client.serverCapabilities?.methods?.includes(Methods.MEMORY_WATCH) ?? false;
+    const folder = enabled ? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath : undefined;
+    if (!requests || !served || folder === this.watchedFolder) {
+      return;
+    }
+    const before = this.watchedFolder;
+    this.watchedFolder = folder;
+    try {
+      if (before !== undefined) {
+        await requests.watch({ workspace: before, watch: false });
+      }
+      if (folder !== undefined) {
+        const result = await requests.watch({ workspace: folder, watch: true, env: agentEnv() });
+        this.output.appendLine(
+          `Following ${result.transcripts.length} agent transcripts of ${result.workspace}` +
+            result.directories
+              .filter((d) => d.problem)
+              .map((d) => `; ${d.problem}`)
+              .join(''),
+        );
+      }
+    } catch (error) {
+      this.watchedFolder = undefined;
+      this.output.appendLine(`Following the agent transcripts of ${folder ?? before} failed: ${String(error)}`);
     }
   }
 
@@ -142,3 +182,4 @@ export class SidecarController implements vscode.Disposable {
     this.client.dispose();
   }
 }
+

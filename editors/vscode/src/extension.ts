@@ -21,6 +21,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contex
         sidecar.client.restart().catch((error) => output.appendLine(`Restarting failed: ${String(error)}`));
       } else if (event.affectsConfiguration(`${SETTINGS_SECTION}.followWorkspace`)) {
         void sidecar.follow().then(() => sidecar.refresh());
+      } else if (event.affectsConfiguration(`${SETTINGS_SECTION}.watchAgents`)) {
+        void sidecar.watchAgents().then(() => sidecar.refresh());
       } else if (event.affectsConfiguration(SETTINGS_SECTION)) {
         sidecar.client
           .sendSettings()

@@ -45,6 +45,7 @@ export const ErrorCodes = {
   ID_NOT_FOUND: -32004,
   SUMMARIZER_FAILED: -32010,
   COMPACTION_RUNNING: -32011,
+  CONVERSATION_MOVED: -32012,
   STORAGE_LOCKED: -32020,
   STORAGE_ERROR: -32021,
   HOST_CONNECTION_LOST: -32022,
@@ -117,6 +118,32 @@ export interface FollowResult {
   sessions: string[];
   workspaces: string[];
 }
+
+/** `memory/watch` params (*extension*): the host follows the workspace's agent transcripts while connected. */
+export interface WatchParams {
+  workspace: string;
+  watch?: boolean;
+  /** The client's HOME, CLAUDE_CONFIG_DIR, CODEX_HOME, PI_CODING_AGENT_DIR, PI_CODING_AGENT_SESSION_DIR. */
+  env?: Record<string, string>;
+  directories?: string[];
+}
+
+export interface WatchResult {
+  workspace: string;
+  watching: boolean;
+  transcripts: Array<{ path: string; agent: string; state: string; sessionId?: string; problem?: string }>;
+  directories: Array<{ path: string; agent: string; exists: boolean; problem?: string }>;
+  connections: number;
+}
+
+/** The environment variables that say where agents keep their transcripts. */
+export const AGENT_ENV_NAMES = [
+  'HOME',
+  'CLAUDE_CONFIG_DIR',
+  'CODEX_HOME',
+  'PI_CODING_AGENT_DIR',
+  'PI_CODING_AGENT_SESSION_DIR',
+] as const;
 
 export interface CompactParams {
   sessionId: string;

@@ -14,6 +14,8 @@ import {
   SessionInfo,
   SessionsResult,
   Usage,
+  WatchParams,
+  WatchResult,
 } from './protocol';
 
 /** What both `LanguageClient` and `MessageConnection` offer. */
@@ -71,6 +73,11 @@ export class SidecarRequests {
   /** `context/follow`: usage and compactions of the session, or of every session of the workspace, reach this connection. */
   follow(params: { sessionId?: string; workspace?: string; follow: boolean }): Promise<FollowResult> {
     return this.send<FollowResult>(Methods.CONTEXT_FOLLOW, params);
+  }
+
+  /** `memory/watch`: the server follows the workspace's agent transcripts for as long as this connection lives. */
+  watch(params: WatchParams): Promise<WatchResult> {
+    return this.send<WatchResult>(Methods.MEMORY_WATCH, params);
   }
 
   ingest(sessionId: string, messages: Message[], session?: Record<string, unknown>): Promise<IngestResult> {

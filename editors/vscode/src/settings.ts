@@ -3,6 +3,8 @@
  * forwarded as `initializationOptions` and `workspace/didChangeConfiguration`.
  */
 
+import { AGENT_ENV_NAMES } from './protocol';
+
 /** Protocol settings, as dotted keys under `contextSidecar.` (and in the protocol's Settings object). */
 export const PROTOCOL_SETTING_KEYS = [
   'storage.path',
@@ -39,15 +41,34 @@ export const PROTOCOL_SETTING_KEYS = [
   'llm.maxCallsPerMinute',
   'llm.contextWindow',
   'models',
+  'agents.transcriptDirectories',
 ] as const;
 
 /** Protocol settings the server reads only at start: changing one restarts it. */
 export const RESTART_SETTING_SECTIONS = ['serverCommand', 'serverArgs', 'storage'] as const;
 
 /** Settings of the extension itself, never sent to the server (it reports unknown keys). */
-export const EXTENSION_SETTING_KEYS = ['serverCommand', 'serverArgs', 'trace.server', 'followWorkspace'] as const;
+export const EXTENSION_SETTING_KEYS = [
+  'serverCommand',
+  'serverArgs',
+  'trace.server',
+  'followWorkspace',
+  'watchAgents',
+] as const;
 
 export type SettingLookup = (key: string) => unknown;
+
+/** The variables of an environment that say where agents keep their transcripts, as `memory/watch` takes them. */
+export function agentEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const found: Record<string, string> = {};
+  for (const name of AGENT_ENV_NAMES) {
+    const value = env[name];
+    if (value) {
+      found[name] = value;
+    }
+  }
+  return found;
+}
 
 /**
  * The protocol Settings object holding only what the user set explicitly: the server owns the

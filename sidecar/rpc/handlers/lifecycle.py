@@ -93,7 +93,7 @@ def apply_settings(ls: SidecarServer, data: Any) -> None:
     if ls.sidecar.storage_path and settings.storage.path not in (None, ls.sidecar.storage_path):
         problems.append("storage.path: a new path takes effect when the sidecar restarts")
     ls.sidecar.settings = settings
-    ls.sidecar.forget()  # back-offs and idle marks were judged under the old settings
+    ls.sidecar.runtime.forget()  # back-offs and idle marks were judged under the old settings
     if problems:
         text = "context-sidecar settings: " + "; ".join(problems)
         log.warning("%s", text)

@@ -37,10 +37,9 @@ from sidecar.engine.footer import carried_footer
 from sidecar.engine.rules import footer_rules
 from sidecar.engine.summaries import summary_message_tokens
 from sidecar.engine.usage import compaction_threshold
-from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
-from sidecar.services.memory import iso
+from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, iso, utcnow
 from sidecar.services.state import Sidecar
-from sidecar.storage.lineage import Replaced
+from sidecar.storage.lineage import ReplacedSpan
 from sidecar.summarizers.base import SourceText, Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
 from sidecar.summarizers.escalation import summarize_with_escalation
@@ -79,7 +78,7 @@ class _Stats:
 
 
 class Compaction:
-    """Compacts one session once, in one of the modes of PROTOCOL.md."""
+    """Compacts one session once, in one of the modes of docs/protocol.md (``context/compact``)."""
 
     def __init__(self, sidecar: Sidecar, session_id: str, mode: str, focus: str | None,
                  summarizer: Summarizer, progress: Progress | None = None) -> None:
@@ -118,7 +117,8 @@ class Compaction:
         self.done = 0
         self.planned = 0
 
-    def _db(self, work: Callable[[], Any]) -> Any:
+    def _timed(self, work: Callable[[], Any]) -> Any:
+        """``work()`` (database reads and writes), its time added to ``db_seconds`` ("ms in the database")."""
         started = time.perf_counter()
         try:
             return work()
@@ -128,13 +128,13 @@ class Compaction:
     def load(self) -> SessionRow:
         """Read the session's current context, with the summaries in it."""
         store = self.sidecar.store()
-        session = self._db(lambda: self.sidecar.session(self.session_id))
-        items = self._db(lambda: store.context(session))
+        session = self._timed(lambda: self.sidecar.session(self.session_id))
+        items = self._timed(lambda: store.context(session))
         summary_ids = [item.ref_id for item in items if item.kind == "summary"]
-        summaries = self._db(lambda: store.summaries(self.session_id, summary_ids)) if summary_ids else {}
+        summaries = self._timed(lambda: store.summaries(self.session_id, summary_ids)) if summary_ids else {}
         for row in summaries.values():
             self._remember(row)
-        anchored = self._db(lambda: store.anchors(session)).positions
+        anchored = self._timed(lambda: store.anchors(session)).positions
         pairs = [(item, summaries.get(item.ref_id) if item.kind == "summary" else None) for item in items]
         self.nodes = [Node.of(item, row.depth, row.kind) if row else Node.of(item, anchored=item.position in anchored)
                       for item, row in pairs]
@@ -154,9 +154,9 @@ class Compaction:
 
     async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None) -> Outcome:
         """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff."""
-        session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
+        session = self._timed(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
         before = tokens_before if tokens_before is not None else \
-            self._db(lambda: self.sidecar.estimated_tokens(session))
+            self._timed(lambda: self.sidecar.estimated_tokens(session))
         # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
         raw_before = self._loaded_tokens(session)
         if supplied_summary is not None:
@@ -182,7 +182,7 @@ class Compaction:
         # No await from here to the write: a pin can no longer slip in between.
         self._keep_newly_anchored()
         self._apply()
-        after = self._db(self._tokens_after)
+        after = self._timed(self._tokens_after)
         handoff = next((s.content for s in self.new_summaries if s.kind == "handoff"), None)
         outcome = self._outcome(True, before, after, rounds, None, handoff)
         outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
@@ -195,9 +195,9 @@ class Compaction:
 
         No savings check: the agent has compacted already, and the session mirrors its context.
         """
-        session = self._db(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
+        session = self._timed(lambda: self.sidecar.session(self.session_id)) if self.nodes else self.load()
         before = tokens_before if tokens_before is not None else \
-            self._db(lambda: self.sidecar.estimated_tokens(session))
+            self._timed(lambda: self.sidecar.estimated_tokens(session))
         self.mode, self.summarizer_name = "handoff", agent.source
         replaced = [i for i, node in enumerate(self.nodes)
                     if (upto is None or node.position <= upto) and not node.anchored]
@@ -209,7 +209,7 @@ class Compaction:
         self._replace([replaced], [("handoff", summary.strip(), depth)])
         self._keep_newly_anchored()
         self._apply(attrs.evolve(agent, summary_id=self.new_summaries[0].id))
-        after = self._db(self._tokens_after)
+        after = self._timed(self._tokens_after)
         outcome = self._outcome(True, before, after, 1, None, self.new_summaries[0].content)
         outcome.tokens_rewritten = max(0, after - self.unchanged_tokens)
         return outcome
@@ -234,7 +234,7 @@ class Compaction:
         if not self.sidecar.settings.prune.enabled:
             return context_total(self.loaded, None, self.calibration)
         rule = self.sidecar.prune_rule()
-        frontier = self._db(lambda: self.sidecar.prune_state(session)).frontier
+        frontier = self._timed(lambda: self.sidecar.prune_state(session)).frontier
         pruned = [node for node in self.loaded
                   if node.position <= frontier and is_prunable(node, rule) and not node.anchored]
         total = context_total(self.loaded, None, self.calibration)
@@ -354,7 +354,7 @@ class Compaction:
                 and self.nodes[i].position not in self.raws]
         if seqs:
             store = self.sidecar.store()
-            self.raws.update(self._db(lambda: store.message_raws(self.session_id, seqs)))
+            self.raws.update(self._timed(lambda: store.message_raws(self.session_id, seqs)))
 
     # Shared machinery
 
@@ -389,14 +389,14 @@ class Compaction:
             else:
                 spans.append((position, position))
         store = self.sidecar.store()
-        found = self._db(lambda: store.source_messages(self.session_id, spans))
+        found = self._timed(lambda: store.source_messages(self.session_id, spans))
         seqs = {self.nodes[i].position for i in wanted}
         self.messages.update({message.seq: message for message in found if message.seq in seqs})
 
     def _content(self, summary_id: str) -> str:
         if summary_id not in self.contents:
             store = self.sidecar.store()
-            self._remember(self._db(lambda: store.summary(self.session_id, summary_id)))
+            self._remember(self._timed(lambda: store.summary(self.session_id, summary_id)))
         return self.contents[summary_id]
 
     def _remember(self, row: SummaryRow) -> None:
@@ -476,8 +476,8 @@ class Compaction:
         replaces that is not pinned. One that would replace pinned messages only fails the compaction.
         """
         store = self.sidecar.store()
-        session = self._db(lambda: self.sidecar.session(self.session_id))
-        anchored = self._db(lambda: store.anchors(session)).positions
+        session = self._timed(lambda: self.sidecar.session(self.session_id))
+        anchored = self._timed(lambda: store.anchors(session)).positions
         top = {node.position for node in self.nodes}
         fresh = {node.position: node for node in self.loaded
                  if node.position in anchored and not node.anchored and node.position not in top}
@@ -509,15 +509,15 @@ class Compaction:
         first, last = gone[0].position, gone[-1].position
         rule = self.sidecar.prune_rule()
         prunable = [node for node in gone if is_prunable(node, rule)]
-        replaced = Replaced(first=first, last=last,
+        replaced = ReplacedSpan(first=first, last=last,
                             kept=tuple(node.position for node in self.loaded if first < node.position < last
                                        and node.position in kept),
                             count=len(gone), tokens=sum(node.tokens for node in gone), prunable_count=len(prunable),
                             prunable_tokens=sum(node.tokens for node in prunable))
         pruned = self._prune_frontier(rule)
         store = self.sidecar.store()
-        self._db(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added,
-                                                pruned, agent))
+        self._timed(lambda: store.apply_compaction(self.session_id, self.new_summaries, self.sources, replaced, added,
+                                                   pruned, agent))
 
     def _prune_frontier(self, rule: PruneRule) -> tuple[int, int, int]:
         """The prune step this rewrite takes along (any amount: the prompt changes anyway), as (frontier, count,

@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIRST_BACKOFF = 30.0
-MAX_BACKOFF = 900.0
-
-
 class PeerRequestFailed(Exception):
     """The client answered a request of the server's with an error."""
 
@@ -116,12 +112,13 @@ class CompactionRunner:
         mode = params.mode or self.sidecar.settings.compaction.mode
         if mode not in methods.COMPACTION_MODES:
             raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
-        if session_id in self.sidecar.compacting:
+        if self.sidecar.runtime.compacting(session_id):
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
         from sidecar.services.compaction.engine import Compaction, Outcome  # loaded with the first compaction
 
-        self.sidecar.compacting.add(session_id)
+        state = self.sidecar.runtime.of(session_id)
+        state.compacting = True
         token = params.work_done_token
         try:
             summarizer = self.summarizer()
@@ -141,15 +138,15 @@ class CompactionRunner:
             try:
                 outcome = await compaction.run(supplied, tokens_before)
                 if outcome.compacted:
-                    self.sidecar.auto_idle_at.pop(session_id, None)
+                    state.note_compacted()
                 elif trigger == "auto":  # usage tells why until the context has grown enough to try again
-                    self.sidecar.auto_idle_at[session_id] = (session.context_count, outcome.reason or "")
+                    state.note_idle(session.context_count, outcome.reason or "")
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
-            self.sidecar.compacting.discard(session_id)
+            state.compacting = False
             if token is not None:
                 self._end_progress(token)
             self._push_usage(session_id)
@@ -184,10 +181,11 @@ class CompactionRunner:
         found = recorded.recorded_before(self.sidecar.store().agent_compactions(session_id), params.id, text)
         if found is not None:
             return self._recorded(session_id, False, found.summary_id, "this compaction is recorded already")
-        if session_id in self.sidecar.compacting:
+        if self.sidecar.runtime.compacting(session_id):
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
                                "record this one after it")
-        self.sidecar.compacting.add(session_id)
+        state = self.sidecar.runtime.of(session_id)
+        state.compacting = True
         try:
             compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
             session = compaction.load()
@@ -199,7 +197,7 @@ class CompactionRunner:
             except StorageFailure as error:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
-            self.sidecar.compacting.discard(session_id)
+            state.compacting = False
             self._push_usage(session_id)
         if not outcome.compacted:
             return self._recorded(session_id, False, None, outcome.reason)
@@ -306,15 +304,13 @@ class CompactionRunner:
         settings = self.sidecar.settings.compaction
         if not settings.automatic or usage.tokens < usage.threshold:
             return
-        if session_id in self.sidecar.compacting:
-            return
-        not_before, _ = self.sidecar.auto_backoff.get(session_id, (0.0, 0.0))
-        if time.monotonic() < not_before:
+        state = self.sidecar.runtime.get(session_id)
+        if state is not None and (state.compacting or state.backed_off(time.monotonic())):
             return
         session = self.sidecar.store().session(session_id)
         if session is None:
             return
-        idle = self.sidecar.auto_idle_at.get(session_id)
+        idle = state.idle_at if state is not None else None
         if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
@@ -337,12 +333,10 @@ class CompactionRunner:
         except Exception as error:
             self._failed(session_id, repr(error))
             return
-        self.sidecar.auto_backoff.pop(session_id, None)
+        self.sidecar.runtime.of(session_id).clear_backoff()
 
     def _failed(self, session_id: str, message: str) -> None:
         """An automatic compaction failed: the next one waits, twice as long after each failure."""
-        _, delay = self.sidecar.auto_backoff.get(session_id, (0.0, FIRST_BACKOFF / 2))
-        delay = min(delay * 2, MAX_BACKOFF)
-        self.sidecar.auto_backoff[session_id] = (time.monotonic() + delay, delay)
+        delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic())
         log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s", session_id, delay, message)
         self._push_usage(session_id)

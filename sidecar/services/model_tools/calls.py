@@ -14,13 +14,13 @@ from typing import Any
 import attrs
 
 from protocol import errors as codes
-from protocol.types import DescribeParams, ExpandParams, GrepParams
+from protocol.types import DescribeParams, ExpandParams, GrepMatch, GrepParams
 from sidecar.engine.messages import message_text
-from sidecar.rows import StoredMessage, SummaryRow
+from sidecar.rows import StoredMessage, SummaryRow, iso
 from sidecar.services import memory
 from sidecar.services.errors import SidecarError
-from sidecar.services.memory import iso
 from sidecar.services.model_tools import definitions as d
+from sidecar.services.model_tools.scope import Scope, locate
 from sidecar.services.state import Sidecar
 from sidecar.summarizers.deterministic import truncate_to_tokens
 
@@ -29,6 +29,8 @@ RESULT_TOKENS = 4000
 HEADER_TOKENS = 200
 """Room for an expand result's header and source labels beyond the sources' own tokens."""
 SNIPPET_CHARS = 240
+SEARCHES_SKIPPED = 8
+"""Extra matches memory_grep reads per session, so that skipping the model's own searches still fills the limit."""
 
 
 
@@ -143,42 +145,117 @@ def stored_text(message: StoredMessage) -> str:
     return message_text(json.loads(message.raw))
 
 
-def grep(sidecar: Sidecar, session_id: str, arguments: dict[str, Any]) -> str:
-    """memory_grep rendered: each match with its kind, id, time and what covers it."""
+def grep(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any]) -> str:
+    """memory_grep rendered: each match with its kind, id, time and what covers it (and its session)."""
     pattern = string_argument(arguments, "pattern", d.PATTERN_MAX_CHARS)
-    scope = choice_argument(arguments, "scope", "both", ("messages", "summaries", "both"))
+    where = choice_argument(arguments, "scope", "both", ("messages", "summaries", "both"))
     limit = integer_argument(arguments, "limit", d.GREP_DEFAULT_LIMIT, 1, d.GREP_MAX_LIMIT)
     regex = boolean_argument(arguments, "regex")
-    result = memory.grep(sidecar, GrepParams(session_id, pattern, regex=regex, scope=scope,  # type: ignore[arg-type]
-                                             limit=limit))
-    if not result.matches:
-        return (f"memory_grep {json.dumps(pattern)} ({scope}): no matches. Try fewer or other words, "
-                f"scope \"both\", or a regex with alternatives (\"regex\": true).")
-    store = sidecar.store()
-    summary_ids = {m.id for m in result.matches if m.kind == "summary"} | \
-        {m.covered_by for m in result.matches if m.covered_by}
-    summaries = store.summaries(session_id, sorted(summary_ids))
-    messages = store.messages_by_id(session_id, [m.id for m in result.matches if m.kind == "message"])
-    more = f"; more exist, raise limit (at most {d.GREP_MAX_LIMIT})" if result.truncated else ""
-    lines = [f"memory_grep {json.dumps(pattern)} ({scope}): {len(result.matches)} matches, summaries first, "
-             f"then messages newest first{more}."]
-    for number, match in enumerate(result.matches, 1):
-        if match.kind == "summary":
-            label = summary_label(summaries[match.id])
+    found: list[tuple[str, GrepMatch]] = []
+    truncated = False
+    for session_id in scope.ids:
+        need = max(1, limit - len(found))  # once full: does any later session match at all?
+        result = memory.grep(sidecar, GrepParams(session_id, pattern, regex=regex, scope=where,  # type: ignore[arg-type]
+                                                 limit=need + SEARCHES_SKIPPED))
+        matches = _history(sidecar, session_id, result.matches)
+        if len(found) >= limit:
+            truncated = bool(matches)
         else:
-            label = message_label(messages[match.id])
-            cover = summaries.get(match.covered_by) if match.covered_by else None
-            label += (f", compacted into {cover.id} ({cover.kind}, depth {cover.depth})" if cover
-                      else ", in the current context")
-        lines.append(f"{number}. {label}\n   {match.snippet[:SNIPPET_CHARS]}")
+            found += [(session_id, match) for match in matches[:need]]
+            truncated = result.truncated or len(matches) > need
+        if truncated:
+            break
+    if scope.workspace is not None and not scope.sessions:
+        return empty_workspace(scope, "memory_grep")
+    count = len(scope.sessions)
+    among = "" if scope.workspace is None else f" in the {count} session{'s' * (count != 1)} of this workspace"
+    if not found:
+        return note_first(scope, f"memory_grep {json.dumps(pattern)} ({where}): no matches{among}. Try fewer or other "
+                                 f"words, scope \"both\", or a regex with alternatives (\"regex\": true).")
+    store = sidecar.store()
+    more = f"; more exist, raise limit (at most {d.GREP_MAX_LIMIT})" if truncated else ""
+    sessions = list(dict.fromkeys(session_id for session_id, _ in found))
+    if scope.workspace is None:
+        header = f"{len(found)} matches, summaries first, then messages newest first{more}."
+    else:
+        header = (f"{len(found)} matches in {len(sessions)} of the {count} sessions of this workspace, the current "
+                  f"session first, then earlier ones, most recent first; in each, summaries first, then messages "
+                  f"newest first{more}.")
+    lines = [f"memory_grep {json.dumps(pattern)} ({where}): {header}"]
+    number = 0
+    for session_id in sessions:
+        matches = [match for owner, match in found if owner == session_id]
+        current = scope.workspace is None or scope.sessions[scope.ids.index(session_id)].current
+        if scope.workspace is not None:
+            lines.append(f"In {scope.label(session_id)}:")
+        summary_ids = {m.id for m in matches if m.kind == "summary"} | {m.covered_by for m in matches if m.covered_by}
+        summaries = store.summaries(session_id, sorted(summary_ids))
+        messages = store.messages_by_id(session_id, [m.id for m in matches if m.kind == "message"])
+        for match in matches:
+            number += 1
+            if match.kind == "summary":
+                label = summary_label(summaries[match.id])
+            else:
+                label = message_label(messages[match.id])
+                cover = summaries.get(match.covered_by) if match.covered_by else None
+                label += (f", compacted into {cover.id} ({cover.kind}, depth {cover.depth})" if cover
+                          else ", in the current context" if current else ", not compacted")
+            lines.append(f"{number}. {label}\n   {match.snippet[:SNIPPET_CHARS]}")
     lines.append("Next: memory_expand a message id for its full text, or the summary it was compacted into for "
                  "the messages around it; memory_describe a summary id for its place in the history.")
-    return "\n".join(lines)
+    return note_first(scope, "\n".join(lines))
 
 
-def describe(sidecar: Sidecar, session_id: str, arguments: dict[str, Any]) -> str:
+def empty_workspace(scope: Scope, tool: str) -> str:
+    """The result of a call on a workspace that has no session stored."""
+    return f"{tool}: no session of this workspace ({scope.workspace}) is stored yet, so there is nothing to search."
+
+
+def _history(sidecar: Sidecar, session_id: str, matches: list[GrepMatch]) -> list[GrepMatch]:
+    """The matches but the model's own searches: calls of the memory tools and their results.
+
+    The call a model is making always matches its own pattern, and earlier results repeat what they found.
+    """
+    store = sidecar.store()
+    messages = store.messages_by_id(session_id, [m.id for m in matches if m.kind == "message"])
+    raws = {message_id: json.loads(message.raw) for message_id, message in messages.items()}
+    results = {raw["tool_call_id"]: message_id for message_id, raw in raws.items()
+               if raw.get("role") == "tool" and raw.get("tool_call_id")}
+    session = sidecar.session(session_id)
+    names = store.tool_names(session_id, list(results), session.last_position) if results else {}
+    searches = {message_id for call_id, message_id in results.items() if _memory_tool(names.get(call_id, ""))}
+    searches |= {message_id for message_id, raw in raws.items()
+                 if raw.get("tool_calls") and not message_text({"content": raw.get("content")}).strip()
+                 and all(_memory_tool(call["function"]["name"]) for call in raw["tool_calls"])}
+    return [match for match in matches if match.id not in searches or match.kind != "message"]
+
+
+def _memory_tool(name: str) -> bool:
+    """A memory tool's name, as an agent names it (``mcp__context-sidecar__memory_grep``, ``memory_grep``)."""
+    return any(name == tool or name.endswith("__" + tool) for tool in d.NAMES)
+
+
+def note_first(scope: Scope, text: str) -> str:
+    """A result with the scope's note about the current session, if any, before it."""
+    return f"{scope.note}\n{text}" if scope.note else text
+
+
+def located(sidecar: Sidecar, scope: Scope, item_id: str) -> tuple[str, str]:
+    """The session holding ``item_id``, and the line that names it in a workspace's result ('' for one session)."""
+    session_id, note = locate(sidecar, scope, item_id)
+    if scope.workspace is None:
+        return session_id, ""
+    return session_id, f"From {scope.label(session_id)}." + (f" {note}" if note else "") + "\n"
+
+
+def describe(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any]) -> str:
     """memory_describe rendered: the summary's place in the DAG, its sources and its text."""
     item_id = string_argument(arguments, "id", d.ID_MAX_CHARS)
+    session_id, origin = located(sidecar, scope, item_id)
+    return origin + _describe(sidecar, session_id, item_id)
+
+
+def _describe(sidecar: Sidecar, session_id: str, item_id: str) -> str:
     found = memory.describe(sidecar, DescribeParams(session_id, item_id))
     above = ", ".join(found.parents) if found.parents else "none (it is in the current context)"
     if found.kind == "message":
@@ -193,9 +270,14 @@ def describe(sidecar: Sidecar, session_id: str, arguments: dict[str, Any]) -> st
             f"Next: memory_expand {{\"id\": {json.dumps(found.id)}}} to read its sources.")
 
 
-def expand(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], cap: int) -> str:
+def expand(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any], cap: int) -> str:
     """memory_expand rendered: each source with its label, within ``cap`` tokens."""
     item_id = string_argument(arguments, "id", d.ID_MAX_CHARS)
+    session_id, origin = located(sidecar, scope, item_id)
+    return origin + _expand(sidecar, session_id, item_id, cap)
+
+
+def _expand(sidecar: Sidecar, session_id: str, item_id: str, cap: int) -> str:
     found = memory.expand(sidecar, ExpandParams(session_id, item_id, cap))
     store = sidecar.store()
     if found.kind == "message":

@@ -12,6 +12,7 @@ from protocol.types import GrepParams
 from sidecar.services import memory
 from sidecar.services.model_tools import calls
 from sidecar.services.model_tools import definitions as d
+from sidecar.services.model_tools.scope import Scope
 from sidecar.services.state import Sidecar
 from sidecar.summarizers.base import SummarizerError
 from sidecar.summarizers.deterministic import truncate_to_tokens
@@ -56,7 +57,7 @@ def terms(question: str) -> list[str]:
     return sorted(found, key=len, reverse=True)[:MAX_TERMS]
 
 
-async def query(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], answerer: calls.Answerer | None,
+async def query(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any], answerer: calls.Answerer | None,
                 cap: int) -> str:
     """The answer (or, with no model, the excerpts) for the question in ``arguments``."""
     question = calls.string_argument(arguments, "question", d.QUESTION_MAX_CHARS)
@@ -64,13 +65,17 @@ async def query(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], an
     if not words:
         raise calls.ToolArgumentError("the question has no words to search for; name the files, errors, "
                                       "commands or topics you are asking about.")
+    if scope.workspace is not None and not scope.sessions:
+        return calls.empty_workspace(scope, "memory_query")
     budget = EXCERPT_BUDGET
     if answerer is not None:  # the prompt must fit the model's window beside the instructions and the answer
         budget = max(256, min(budget, int(answerer.window * USABLE_SHARE) - ANSWER_TOKENS - 1024))
-    excerpts = _excerpts(sidecar, session_id, words, budget)
+    excerpts = _excerpts(sidecar, scope, words, budget)
     if not excerpts:
-        return (f"memory_query: nothing in this conversation's history matches {', '.join(words)}. "
-                "Try memory_grep with other words.")
+        where = "this conversation's history" if scope.workspace is None else \
+            f"the {len(scope.sessions)} sessions of this workspace"
+        return calls.note_first(scope, f"memory_query: nothing in {where} matches {', '.join(words)}. "
+                                       "Try memory_grep with other words.")
     ids = ", ".join(e.id for e in excerpts)
     block = "\n\n".join(f'<excerpt id="{e.id}">\n{e.label}\n{e.text}\n</excerpt>' for e in excerpts)
     if answerer is not None:
@@ -78,42 +83,46 @@ async def query(sidecar: Sidecar, session_id: str, arguments: dict[str, Any], an
         try:
             answer = await answerer.complete([{"role": "system", "content": SYSTEM},
                                               {"role": "user", "content": prompt}])
-            return (f"memory_query answer, from {len(excerpts)} excerpts ({ids}):\n{answer.strip()}\n"
-                    "memory_expand any of these ids for the full text.")
+            return calls.note_first(scope, f"memory_query answer, from {len(excerpts)} excerpts ({ids}):\n"
+                                           f"{answer.strip()}\nmemory_expand any of these ids for the full text.")
         except SummarizerError as error:
             log.warning("memory_query: the summarizer model failed, returning excerpts: %s", error)
             note = f"The summarizer model failed ({error}), so here are the excerpts"
     else:
         note = "No summarizer model is configured, so here are the excerpts"
-    return (f"memory_query: {note} that best match {', '.join(words)}, best first ({ids}). "
-            f"memory_expand an id for more.\n\n{truncate_to_tokens(block, cap - 100)}")
+    return calls.note_first(scope, f"memory_query: {note} that best match {', '.join(words)}, best first ({ids}). "
+                                   f"memory_expand an id for more.\n\n{truncate_to_tokens(block, cap - 100)}")
 
 
-def _excerpts(sidecar: Sidecar, session_id: str, words: list[str], budget: int) -> list[Excerpt]:
-    """The matches of most words (then newest), opened, within ``budget`` tokens in all."""
-    scores: dict[tuple[str, str], int] = {}
-    order: dict[tuple[str, str], int] = {}
+def _excerpts(sidecar: Sidecar, scope: Scope, words: list[str], budget: int) -> list[Excerpt]:
+    """The matches of most words (then in scope order, newest), opened, within ``budget`` tokens in all."""
+    scores: dict[tuple[str, str, str], int] = {}
+    order: dict[tuple[str, str, str], int] = {}
     for word in words:
-        result = memory.grep(sidecar, GrepParams(session_id, word, scope="both", limit=HITS_PER_TERM))
-        for rank, match in enumerate(result.matches):
-            key = (match.kind, match.id)
-            scores[key] = scores.get(key, 0) + 1
-            order.setdefault(key, len(order) + rank)
+        rank = 0
+        for session_id in scope.ids:  # the current session first; at most HITS_PER_TERM per word in all
+            result = memory.grep(sidecar, GrepParams(session_id, word, scope="both", limit=HITS_PER_TERM - rank))
+            for match in result.matches:
+                key = (session_id, match.kind, match.id)
+                scores[key] = scores.get(key, 0) + 1
+                order.setdefault(key, len(order) + rank)
+                rank += 1
+            if rank >= HITS_PER_TERM:
+                break
     best = sorted(scores, key=lambda key: (-scores[key], order[key]))[:MAX_EXCERPTS]
     if not best:
         return []
     store = sidecar.store()
-    summaries = store.summaries(session_id, [i for k, i in best if k == "summary"])
-    messages = store.messages_by_id(session_id, [i for k, i in best if k == "message"])
     share = budget // len(best)
     excerpts = []
-    for kind, item_id in best:
+    for session_id, kind, item_id in best:
+        origin = f"{scope.label(session_id)}, " if scope.workspace is not None else ""
         if kind == "summary":
-            row = summaries[item_id]
-            excerpts.append(Excerpt(item_id, calls.summary_label(row), truncate_to_tokens(row.content, share)))
+            row = store.summaries(session_id, [item_id])[item_id]
+            excerpts.append(Excerpt(item_id, origin + calls.summary_label(row), truncate_to_tokens(row.content, share)))
         else:
-            message = messages[item_id]
-            excerpts.append(Excerpt(item_id, calls.message_label(message),
+            message = store.messages_by_id(session_id, [item_id])[item_id]
+            excerpts.append(Excerpt(item_id, origin + calls.message_label(message),
                                     truncate_to_tokens(_focused(calls.stored_text(message), words, share), share)))
     return excerpts
 

@@ -13,6 +13,7 @@ local M = {}
 ---@field autostart boolean start the server on setup()
 ---@field session string|nil session to show; nil follows the most recently updated one
 ---@field follow_workspace boolean follow every session of `root_dir` (`context/follow`), also those other clients such as an agent ingest
+---@field watch_agents boolean have the server follow the transcripts Claude Code, Codex and pi write for `root_dir` (`memory/watch`)
 ---@field restart ContextSidecarRestartOptions
 ---@field notify_progress boolean echo compaction progress with vim.notify
 
@@ -25,6 +26,7 @@ M.defaults = {
   autostart = true,
   session = nil,
   follow_workspace = true,
+  watch_agents = true,
   restart = { limit = 4, window_ms = 180000 },
   notify_progress = true,
 }
@@ -141,7 +143,7 @@ function M.problems(opts)
   if opts.session ~= nil and type(opts.session) ~= 'string' then
     add('`session` must be a session id (string) or nil, got %s', vim.inspect(opts.session))
   end
-  for _, name in ipairs({ 'autostart', 'notify_progress' }) do
+  for _, name in ipairs({ 'autostart', 'notify_progress', 'follow_workspace', 'watch_agents' }) do
     if type(opts[name]) ~= 'boolean' then
       add('`%s` must be true or false, got %s', name, vim.inspect(opts[name]))
     end

@@ -12,10 +12,56 @@ local M = {}
 local workspace_followed = nil
 ---@type string|nil
 local session_followed = nil
+---The workspace whose agent transcripts the server follows for this connection (`memory/watch`).
+---@type string|nil
+local workspace_watched = nil
 
----A new connection follows nothing yet.
+---The environment variables that say where agents keep their transcripts.
+M.AGENT_ENV_NAMES = { 'HOME', 'CLAUDE_CONFIG_DIR', 'CODEX_HOME', 'PI_CODING_AGENT_DIR', 'PI_CODING_AGENT_SESSION_DIR' }
+
+---A new connection follows and watches nothing yet.
 function M.reset()
-  workspace_followed, session_followed = nil, nil
+  workspace_followed, session_followed, workspace_watched = nil, nil, nil
+end
+
+---This Neovim's agent variables, as `memory/watch` takes them.
+---@return table<string, string>
+function M.agent_env()
+  local env = {}
+  for _, name in ipairs(M.AGENT_ENV_NAMES) do
+    local value = vim.env[name]
+    if type(value) == 'string' and value ~= '' then
+      env[name] = value
+    end
+  end
+  return env
+end
+
+---Have the server follow the agent transcripts of `want` (nil: of none), as long as this connection lives.
+---@param c table|nil the LSP client
+---@param want string|nil
+---@param on_result fun(result: table)|nil called with the `memory/watch` result
+function M.watch(c, want, on_result)
+  if not c or want == workspace_watched then
+    return
+  end
+  local before = workspace_watched
+  workspace_watched = want
+  if before then
+    client.call(c, 'request', methods.MEMORY_WATCH, { workspace = before, watch = false }, function() end)
+  end
+  if want then
+    local params = { workspace = want, watch = true, env = require('context_sidecar.config').json_object(M.agent_env()) }
+    client.call(c, 'request', methods.MEMORY_WATCH, params, function(err, result)
+      if err then
+        workspace_watched = nil
+        util.notify(string.format('cannot follow the agent transcripts of %s: %s', want, util.describe_error(err)),
+          vim.log.levels.WARN)
+      elseif on_result then
+        on_result(result)
+      end
+    end)
+  end
 end
 
 ---@param c table the LSP client

@@ -70,11 +70,32 @@ function M.workspace()
   return config.root_dir(config.options)
 end
 
----Follow the workspace (unless `follow_workspace` is off) and the pinned session, if any.
+---The workspace whose agent transcripts the server follows (`memory/watch`): `root_dir` unless
+---`watch_agents` is off, or the server predates `memory/watch`.
+---@return string|nil
+function M.watched()
+  if not config.options.watch_agents or not serves(methods.MEMORY_WATCH) then
+    return nil
+  end
+  return config.root_dir(config.options)
+end
+
+---The last `memory/watch` result: the agent transcripts the server follows for `root_dir`.
+---@type table|nil
+M.watching = nil
+
+---Follow the workspace (unless `follow_workspace` is off) and the pinned session, if any, and have the server
+---follow the workspace's agent transcripts (unless `watch_agents` is off).
 ---@return boolean changed whether the followed workspace changed
 local function apply_follows()
   local c = client.get()
-  if not c or not serves(methods.CONTEXT_FOLLOW) then
+  if not c then
+    return false
+  end
+  follow.watch(c, M.watched(), function(result)
+    M.watching = result
+  end)
+  if not serves(methods.CONTEXT_FOLLOW) then
     return false
   end
   follow.session(c, status.pinned and status.selected or nil)

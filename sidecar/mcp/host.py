@@ -1,0 +1,177 @@
+"""The MCP server's connection to the shared host: a ``SidecarClient`` over a relay, attached in the background.
+
+Nothing here delays ``initialize`` or ``tools/list``: the client is spawned when the server starts, and only a
+``tools/call`` waits for it, within a deadline. Whatever goes wrong (no host, a host killed mid-call, a locked
+database) becomes a tool result that says why; the agent is never left waiting or broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from sidecar.client import SidecarClient
+
+log = logging.getLogger(__name__)
+
+CALL_DEADLINE = 45.0
+"""Seconds a tools/call may take in all (attaching, one retry, the call): under Codex's 60 s tool timeout."""
+WATCH = "memory/watch"
+"""Asks the host to follow the workspace's agent transcripts while this connection lives (when the host has it)."""
+WATCH_ENV = ("HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR")
+"""Where the agents keep their transcripts, as this process (the agent's child) sees it; the host's may differ."""
+HOST_LOST = -32022
+"""``protocol.errors.HOST_CONNECTION_LOST``, without importing the protocol package at start-up."""
+
+
+@attrs.define
+class ToolOutcome:
+    """What a tools/call answers: the text the model reads, and whether it reports a failure."""
+
+    text: str
+    is_error: bool
+
+
+class HostLink:
+    """One SidecarClient to the database's host, spawned at start and again after it was lost."""
+
+    def __init__(self, command: list[str], db: str | None, settings: dict[str, Any] | None,
+                 stderr: str | None) -> None:
+        self.command, self.db, self.settings, self.stderr = command, db, settings, stderr
+        self.attach_started: float | None = None
+        self.attached_at: float | None = None
+        """Monotonic times, for the log and the bench."""
+        self._client: SidecarClient | None = None
+        self._attaching: asyncio.Task[SidecarClient] | None = None
+        self._workspace: str | None = None
+        self._watched: str | None = None
+        self._watch_lock = asyncio.Lock()
+
+    def start(self) -> None:
+        """Begin attaching in the background."""
+        if self._attaching is None or self._attaching.done():
+            self.attach_started = time.monotonic()
+            self._attaching = asyncio.get_running_loop().create_task(self._attach())
+            self._attaching.add_done_callback(_retrieve)
+
+    async def _attach(self) -> SidecarClient:
+        module = await asyncio.to_thread(importlib.import_module, "sidecar.client")  # ~30 ms: off the loop
+        client: SidecarClient = await module.SidecarClient.spawn(
+            command=self.command, db=self.db, settings=self.settings, stderr=self.stderr, timeout=CALL_DEADLINE)
+        self._client = client
+        self.attached_at = time.monotonic()
+        log.info("attached to the host of %s in %.0f ms (pid %s)", client.capabilities.get("storage", "?"),
+                 1000 * (self.attached_at - (self.attach_started or self.attached_at)),
+                 client.process.pid if client.process else "?")
+        self._watched = None
+        await self._watch()
+        return client
+
+    async def _connected(self, deadline: float) -> SidecarClient:
+        """The attached client, attaching again if it was lost; TimeoutError past ``deadline``."""
+        if self._client is not None and not self._client.closed:
+            return self._client
+        if self._client is not None:  # the relay is gone: a new one will find or start a host
+            log.warning("the connection to context-sidecar was lost; attaching again")
+            old, self._client = self._client, None
+            asyncio.get_running_loop().create_task(_close(old))
+        if self._attaching is None or self._attaching.done():
+            self.start()
+        assert self._attaching is not None
+        return await asyncio.wait_for(asyncio.shield(self._attaching), max(0.0, deadline - time.monotonic()))
+
+    def set_workspace(self, workspace: str) -> None:
+        """The workspace to watch; sent now if attached, else once attached."""
+        self._workspace = workspace
+        if self._client is not None:
+            asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """``memory/watch`` the workspace, if the host offers it and it changed; a failure is only logged."""
+        async with self._watch_lock:  # one at a time: a tools/call waits for the one under way
+            client, workspace = self._client, self._workspace
+            if client is None or workspace is None or workspace == self._watched:
+                return
+            if WATCH not in (client.capabilities.get("methods") or ()):
+                log.info("the host has no %s: earlier agent sessions are not imported", WATCH)
+                self._watched = workspace
+                return
+            previous, self._watched = self._watched, workspace
+            try:
+                if previous is not None:
+                    await client.request(WATCH, {"workspace": previous, "watch": False})
+                env = {key: os.environ[key] for key in WATCH_ENV if os.environ.get(key)}
+                result = await client.request(WATCH, {"workspace": workspace, "env": env})
+                log.info("watching %s: %d transcripts", workspace, len((result or {}).get("transcripts") or ()))
+            except Exception as error:  # the tools work without it
+                log.warning("%s %s failed: %s", WATCH, workspace, error)
+
+    async def call_tool(self, name: str, arguments: str, workspace: str, session_id: str | None,
+                        tool_call_id: str | None) -> ToolOutcome:
+        """memory/callTool over the workspace; a host lost mid-call is tried once more, on a new host."""
+        from sidecar.client import SidecarConnectionLost, SidecarRequestError  # loaded by the attach
+
+        deadline = time.monotonic() + CALL_DEADLINE
+        for attempt in (1, 2):
+            try:
+                client = await self._connected(deadline)
+                await asyncio.wait_for(self._watch(), max(0.0, deadline - time.monotonic()))  # the workspace's
+                message = await asyncio.wait_for(
+                    client.call_tool(session_id, name, arguments, tool_call_id, workspace=workspace),
+                    max(0.0, deadline - time.monotonic()))
+                text = str(message.get("content") or "")
+                return ToolOutcome(text, text.startswith("Error:"))
+            except SidecarConnectionLost as error:
+                reason = f"the connection to context-sidecar was lost ({error.message})"
+            except SidecarRequestError as error:
+                if error.code != HOST_LOST:
+                    return ToolOutcome(f"Error: context-sidecar could not run {name}: {error.message}", True)
+                reason = "the host of the memory database exited during the call"
+            except TimeoutError:
+                return ToolOutcome(f"Error: context-sidecar did not answer {name} within {CALL_DEADLINE:g} s; "
+                                   "its log says more.", True)
+            except OSError as error:
+                return ToolOutcome(f"Error: context-sidecar could not be started ({error}); memory tools are "
+                                   "unavailable.", True)
+            log.warning("%s: %s (attempt %d)", name, reason, attempt)
+        return ToolOutcome(f"Error: context-sidecar could not run {name}: {reason}, twice. Try again later.", True)
+
+    async def close(self) -> None:
+        """Shut the client down (its relay exits; the host lingers for its other clients)."""
+        if self._attaching is not None and not self._attaching.done():
+            self._attaching.cancel()
+            with contextlib.suppress(BaseException):
+                await self._attaching
+        if self._client is not None:
+            await _close(self._client)
+            self._client = None
+
+
+async def _close(client: SidecarClient) -> None:
+    with contextlib.suppress(Exception):
+        await client.close(timeout=2.0)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Log a failed attach once (a tools/call reports it to the model)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not attach to context-sidecar: %s", task.exception())
+
+
+def sidecar_command(log_file: str | None, verbose: int) -> list[str]:
+    """The ``context-sidecar`` the client spawns: this interpreter, logging where this server logs."""
+    command = [sys.executable, "-m", "sidecar"]
+    if log_file:
+        command += ["--log-file", log_file]
+    if verbose:
+        command.append("-" + "v" * min(verbose, 2))
+    return command
