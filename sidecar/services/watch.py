@@ -447,6 +447,6 @@ class _Peer:
     def settle_later(self) -> None:
         self.service.audience.settle_later()
 
-    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        asyncio.get_running_loop().create_task(work)
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(work)
 

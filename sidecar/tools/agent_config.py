@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sidecar.agents.locations import ENV_NAMES
 from sidecar.tools import jsonedit
 from sidecar.tools.tomledit import remove_table, set_table
 
@@ -24,6 +25,10 @@ HOOK_EVENTS = (("PreCompact", None), ("SessionStart", "compact"), ("PostCompact"
 HOOK_TIMEOUT = 30
 """Seconds Claude Code lets the hook run (the hook gives up after 20)."""
 CODEX_TABLE = ("mcp_servers", SERVER)
+CODEX_ENV_VARS = ["XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", *(name for name in ENV_NAMES if name != "HOME")]
+"""Passed on to the server when Codex has them (``env_vars``): Codex starts an MCP server with a few variables
+only (HOME, PATH, …), and these decide the database, its host's socket and the log the server uses, and where the
+agents keep their transcripts. Without them the server would miss the host an editor or Claude Code started."""
 
 
 class ConfigError(ValueError):
@@ -224,14 +229,16 @@ def _claude_hook(text: str, name: str, event: str, matcher: str | None, command:
 # Codex
 
 def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple[str, list[str]]:
-    """``[mcp_servers.context-sidecar]``: required (``codex exec`` starts no optional server), tools approved."""
+    """``[mcp_servers.context-sidecar]``: required (``codex exec`` starts no optional server), tools approved, the
+    variables of ``CODEX_ENV_VARS`` passed on."""
     if remove:
         new = remove_table(text, CODEX_TABLE)
         return new, [f"removed [mcp_servers.{SERVER}]"] if new != text else []
-    values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve"}
+    values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve",
+              "env_vars": CODEX_ENV_VARS}
     new = set_table(text, CODEX_TABLE, values)
     if new == text:
         return text, []
     verb = "updated" if f"[mcp_servers.{SERVER}]" in text else "added"
     return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, required, "
-                 "its tools approved)"]
+                 "its tools approved, its variables passed on)"]
