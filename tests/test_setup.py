@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sidecar.tools.agent_config import is_our_hook
+from sidecar.agents.config import is_our_hook
 
 COMMAND = str(Path(sys.executable).parent / "context-sidecar")
 HOOK = f"{COMMAND} hook claude-code"
@@ -153,8 +153,10 @@ def test_codex_config_gets_a_required_server_whose_tools_need_no_approval(home):
     run = setup(home, "codex")
     assert run.code == 0, run.err
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    assert config["mcp_servers"]["context-sidecar"] == {
-        "command": COMMAND, "args": ["mcp"], "required": True, "default_tools_approval_mode": "approve"}
+    server = config["mcp_servers"]["context-sidecar"]
+    passed = server.pop("env_vars")  # Codex gives its MCP servers few variables: these find the shared host
+    assert server == {"command": COMMAND, "args": ["mcp"], "required": True, "default_tools_approval_mode": "approve"}
+    assert {"XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"} <= set(passed)
     assert config["mcp_servers"]["docs"] == {"command": "docs-mcp", "args": ["--stdio"]}
     assert config["projects"]["/srv/shop"]["trust_level"] == "trusted" and config["approval_policy"] == "on-request"
     assert (home / ".codex" / "config.toml").read_text().startswith(CODEX_TOML)
