@@ -13,8 +13,9 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sidecar.agents import locations
 from sidecar.tools import jsonedit
-from sidecar.tools.tomledit import remove_table, set_table
+from sidecar.tools.tomledit import TomlEditError, loads, remove_table, set_table
 
 SERVER = "context-sidecar"
 TOOLS_PERMISSION = f"mcp__{SERVER}"
@@ -24,6 +25,9 @@ HOOK_EVENTS = (("PreCompact", None), ("SessionStart", "compact"), ("PostCompact"
 HOOK_TIMEOUT = 30
 """Seconds Claude Code lets the hook run (the hook gives up after 20)."""
 CODEX_TABLE = ("mcp_servers", SERVER)
+CODEX_ENV_VARS = ("XDG_DATA_HOME", "XDG_RUNTIME_DIR", *(name for name in locations.ENV_NAMES if name != "HOME"))
+"""What Codex is to pass the server by name (it starts MCP servers with HOME, PATH, LANG, SHELL and TERM only): where
+the database and its host's socket are, and where the agents write their transcripts. Unset ones stay unset."""
 
 
 class ConfigError(ValueError):
@@ -228,10 +232,24 @@ def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple
     if remove:
         new = remove_table(text, CODEX_TABLE)
         return new, [f"removed [mcp_servers.{SERVER}]"] if new != text else []
-    values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve"}
+    values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve",
+              "env_vars": _codex_env_vars(text)}
     new = set_table(text, CODEX_TABLE, values)
     if new == text:
         return text, []
     verb = "updated" if f"[mcp_servers.{SERVER}]" in text else "added"
     return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, required, "
-                 "its tools approved)"]
+                 f"its tools approved, passes {', '.join(CODEX_ENV_VARS)} through)"]
+
+
+def _codex_env_vars(text: str) -> list[Any]:
+    """The server's ``env_vars``: those already there (a user's own kept, in their order), then ours missing."""
+    servers = loads(text).get(CODEX_TABLE[0])
+    server = servers.get(SERVER) if isinstance(servers, dict) else None
+    existing = server.get("env_vars", []) if isinstance(server, dict) else []  # set_table names a wrong type
+    if not isinstance(existing, list):
+        raise TomlEditError(f"mcp_servers.{SERVER}.env_vars is not an array")
+    # An entry is a name, or a table naming one ({name = "X", source = "local"}).
+    named = {entry if isinstance(entry, str) else entry.get("name") for entry in existing
+             if isinstance(entry, (str, dict))}
+    return [*existing, *(name for name in CODEX_ENV_VARS if name not in named)]
