@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sidecar.tools.agent_config import is_our_hook
+from sidecar.tools.agent_config import CODEX_ENV_VARS, is_our_hook
 
 COMMAND = str(Path(sys.executable).parent / "context-sidecar")
 HOOK = f"{COMMAND} hook claude-code"
@@ -153,13 +153,10 @@ def test_codex_config_gets_a_required_server_whose_tools_need_no_approval(home):
     run = setup(home, "codex")
     assert run.code == 0, run.err
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    # Codex gives MCP servers HOME, PATH, LANG, SHELL and TERM only: these it passes on by name when they are set.
-    passed = ["XDG_DATA_HOME", "XDG_RUNTIME_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR",
-              "PI_CODING_AGENT_SESSION_DIR"]
-    assert config["mcp_servers"]["context-sidecar"] == {
-        "command": COMMAND, "args": ["mcp"], "required": True, "default_tools_approval_mode": "approve",
-        "env_vars": passed}
-    assert "passes XDG_DATA_HOME, XDG_RUNTIME_DIR," in run.out
+    server = config["mcp_servers"]["context-sidecar"]
+    passed = server.pop("env_vars")  # Codex gives its MCP servers few variables: these find the shared host
+    assert server == {"command": COMMAND, "args": ["mcp"], "required": True, "default_tools_approval_mode": "approve"}
+    assert {"XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"} <= set(passed)
     assert config["mcp_servers"]["docs"] == {"command": "docs-mcp", "args": ["--stdio"]}
     assert config["projects"]["/srv/shop"]["trust_level"] == "trusted" and config["approval_policy"] == "on-request"
     assert (home / ".codex" / "config.toml").read_text().startswith(CODEX_TOML)
@@ -196,8 +193,7 @@ def test_names_the_user_passes_to_the_codex_server_are_kept_and_ours_added(home)
     once = snapshot(home)
     passed = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["context-sidecar"]["env_vars"]
     assert passed[:2] == ["OPENAI_API_KEY", {"name": "XDG_DATA_HOME", "source": "local"}]
-    assert passed[2:] == ["XDG_RUNTIME_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR",
-                          "PI_CODING_AGENT_SESSION_DIR"], "each name once"
+    assert passed[2:] == [name for name in CODEX_ENV_VARS if name != "XDG_DATA_HOME"], "each name once"
     again = setup(home, "codex")
     assert again.code == 0 and "already set up" in again.out and snapshot(home) == once
     (home / ".codex" / "config.toml").write_text('[mcp_servers.context-sidecar]\nenv_vars = "HOME"\n')

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sidecar.agents import locations
+from sidecar.agents.locations import ENV_NAMES
 from sidecar.tools import jsonedit
 from sidecar.tools.tomledit import TomlEditError, loads, remove_table, set_table
 
@@ -25,9 +25,11 @@ HOOK_EVENTS = (("PreCompact", None), ("SessionStart", "compact"), ("PostCompact"
 HOOK_TIMEOUT = 30
 """Seconds Claude Code lets the hook run (the hook gives up after 20)."""
 CODEX_TABLE = ("mcp_servers", SERVER)
-CODEX_ENV_VARS = ("XDG_DATA_HOME", "XDG_RUNTIME_DIR", *(name for name in locations.ENV_NAMES if name != "HOME"))
-"""What Codex is to pass the server by name (it starts MCP servers with HOME, PATH, LANG, SHELL and TERM only): where
-the database and its host's socket are, and where the agents write their transcripts. Unset ones stay unset."""
+CODEX_ENV_VARS = ("XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", *(name for name in ENV_NAMES if name != "HOME"))
+"""Passed on to the server by name when Codex has them (``env_vars``): Codex 0.169 starts an MCP server with HOME,
+PATH, LANG, SHELL and TERM only, and these decide the database, its host's socket and the log the server uses, and
+where the agents keep their transcripts. Without them the server would miss the host an editor or Claude Code
+started. Unset ones stay unset."""
 
 
 class ConfigError(ValueError):
@@ -228,7 +230,8 @@ def _claude_hook(text: str, name: str, event: str, matcher: str | None, command:
 # Codex
 
 def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple[str, list[str]]:
-    """``[mcp_servers.context-sidecar]``: required (``codex exec`` starts no optional server), tools approved."""
+    """``[mcp_servers.context-sidecar]``: required (``codex exec`` starts no optional server), tools approved, the
+    variables of ``CODEX_ENV_VARS`` passed on."""
     if remove:
         new = remove_table(text, CODEX_TABLE)
         return new, [f"removed [mcp_servers.{SERVER}]"] if new != text else []
@@ -239,7 +242,7 @@ def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple
         return text, []
     verb = "updated" if f"[mcp_servers.{SERVER}]" in text else "added"
     return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, required, "
-                 f"its tools approved, passes {', '.join(CODEX_ENV_VARS)} through)"]
+                 "its tools approved, its variables passed on)"]
 
 
 def _codex_env_vars(text: str) -> list[Any]:

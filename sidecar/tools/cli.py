@@ -165,11 +165,10 @@ claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.contex
   without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
   Claude Code reads them in a folder you trust.
 codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
-  (codex exec starts no optional server), default_tools_approval_mode = "approve" (codex exec asks no
-  one) and env_vars naming XDG_DATA_HOME, XDG_RUNTIME_DIR, CODEX_HOME, CLAUDE_CONFIG_DIR and pi's
-  directories (Codex starts MCP servers with HOME, PATH, LANG, SHELL and TERM only; these say where the
-  database and the agents' transcripts are). --project: .codex/config.toml, which Codex reads in a
-  trusted project.
+  (codex exec starts no optional server; Codex does not start without it, so run --remove before you
+  uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and env_vars (XDG_RUNTIME_DIR,
+  XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex passes an MCP server few
+  variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
 A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
 is written and the exit code is 1. --db PATH is passed on to the server and the hooks.""")
     setup.add_argument("agent", choices=["claude-code", "codex"], help="the agent to set up")
