@@ -6,9 +6,8 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from protocol.types import Usage
-
 if TYPE_CHECKING:
+    from protocol.types import Usage
     from sidecar.client import SidecarClient, SidecarRequestError
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar"]

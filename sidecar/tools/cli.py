@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import logging
@@ -337,6 +336,8 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
         if early.answered is None:
             early = early_start.answer(early, stdout, db)
 
+    import asyncio
+
     from sidecar.rpc.handlers import setup  # waits for the thread importing it
     from sidecar.rpc.server import SidecarServer
     from sidecar.services.state import Sidecar
@@ -360,6 +361,8 @@ def serve(db: str | None, client_process_id: int | None, share: bool = True, ver
 
 async def _watch_parent(pid: int) -> None:
     """Exit when the client process is gone, as LSP servers do."""
+    import asyncio
+
     while True:
         await asyncio.sleep(2)
         try:

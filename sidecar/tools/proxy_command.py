@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -134,6 +132,8 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
 
 def run_proxy(options: ProxyOptions) -> int:
     """Serve until Ctrl-C or SIGTERM; exit 0, or 1 when it cannot start."""
+    import asyncio
+    import signal
 
     async def main() -> int:
         stop = asyncio.Event()

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sidecar.agents.tomledit import value_text
 from sidecar.tools.proxy_command import HOST, ProxyOptions, add_options, running
 
 log = logging.getLogger(__name__)
@@ -55,6 +50,9 @@ def running_proxy(port: int) -> dict[str, Any] | None:
     """The figures of a context-sidecar proxy listening on ``port``, None when none answers there."""
     if not port:
         return None
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"http://{HOST}:{port}/stats", timeout=2) as response:
             stats = json.loads(response.read())
@@ -88,6 +86,8 @@ def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
     if agent == "claude":
         env["ANTHROPIC_BASE_URL"] = url
         return [binary, *args]
+    from sidecar.agents.tomledit import value_text
+
     entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/v1"}
     overrides = ["-c", f"model_provider={json.dumps(PROVIDER)}",
                  "-c", f"model_providers.{PROVIDER}={value_text(entry)}"]
@@ -96,6 +96,8 @@ def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
 
 def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: bool) -> int:
     """Run the agent through a proxy; returns its exit status (128 + N when a signal ended it)."""
+    import asyncio
+
     if args[:1] == ["--"]:
         args = args[1:]
     env = dict(os.environ)
@@ -139,6 +141,9 @@ def _taken(port: int) -> bool:
 
 async def run_agent(agent: str, args: list[str], url: str, env: dict[str, str], provider: dict[str, Any]) -> int:
     """Run the agent on the terminal; Ctrl-C is the agent's to handle (the wrapper waits for it)."""
+    import asyncio
+    import signal
+
     command = agent_command(agent, args, url, env, provider)
     loop = asyncio.get_running_loop()
     process = await asyncio.create_subprocess_exec(*command, env=env)
