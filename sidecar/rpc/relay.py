@@ -254,15 +254,16 @@ class Relay:
             pass
 
     def _up(self, data: bytes) -> None:
-        """Bytes from the client: noted, then sent to the host."""
-        self.up.feed(data)
-        for frame in self.up.frames():
-            self._note(frame.message)
+        """Bytes from the client: sent to the host, then noted (the host decodes them meanwhile; no reply is read
+        before they are noted)."""
         try:
             assert self.sock is not None
             self.sock.sendall(data)
         except OSError:
             pass  # the host is gone: its end of file, read next, starts the recovery
+        self.up.feed(data)
+        for frame in self.up.frames():
+            self._note(frame.message)
 
     def _note(self, message: Any) -> None:
         if not isinstance(message, dict):
