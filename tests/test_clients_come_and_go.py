@@ -177,3 +177,22 @@ async def test_a_client_that_connects_changes_nothing_another_one_sees(tmp_path:
             await editor.change_settings({"storage": {"path": str(db)}, "compaction": {"freshTail": 2}})
             await editor.sessions()
             assert (await agent.usage("s")).hint == hint
+
+
+def test_a_host_whose_starter_is_killed_while_it_opens_the_database_serves_and_tidies_up(
+        tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "memory.duckdb"
+    sock = sock_of(runtime, db)
+    sock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock.with_suffix(".lock").touch(mode=0o600)  # as the relay leaves it: made, and unlocked when it died
+    host = subprocess.Popen([sys.executable, "-m", "sidecar", "host", "--db", str(db), "--socket", str(sock),
+                             "--linger", "0.5", "--log-file", str(sock.with_suffix(".log"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert host.stdout is not None and host.stderr is not None
+    host.stdout.close()  # the relay that started it is gone before it says "ready"
+    try:
+        assert host.wait(WAIT) == 0, host.stderr.read().decode()
+    finally:
+        if host.poll() is None:
+            host.kill()
+    assert list(sock.parent.iterdir()) == [], [path.read_text() for path in sock.parent.glob("*.log")]

@@ -438,14 +438,22 @@ def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
         host.listen()
     except (ShareError, SidecarError, OSError) as error:
         message = getattr(error, "message", None) or str(error)
-        code = getattr(error, "code", 0)
-        sys.stdout.write(f"error {code} {message}\n")
-        sys.stdout.flush()
+        _tell_starter(f"error {getattr(error, 'code', 0)} {message}")
         return 1
-    sys.stdout.write(f"ready {os.getpid()}\n")
-    sys.stdout.flush()
+    # Its starter may be gone (a client killed as it started): other relays may be waiting for this host all the
+    # same, and if none comes it leaves, tidily, after ``linger``.
+    _tell_starter(f"ready {os.getpid()}")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the relay that started us stops reading; nothing else may go there
     os.close(devnull)
     asyncio.run(host.run())
     return 0
+
+
+def _tell_starter(line: str) -> None:
+    """Write the line the relay that started this host waits for, if it still reads."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except OSError:
+        log.info("the relay that started this host is gone before it said: %s", line)
