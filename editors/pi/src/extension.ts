@@ -10,14 +10,13 @@ import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, Usage
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
-import { branchMessages, textTokens } from './wire';
+import { branchMessages, MESSAGE_OVERHEAD_TOKENS, textTokens, wireText } from './wire';
 
 export const STATUS_KEY = 'context-sidecar';
 export const MEMORY_TOOL_NAMES: string[] = MEMORY_TOOLS.map((tool) => tool.function.name);
 const REQUEST_TIMEOUT_MS = 60_000;
 /** `memory_query` may ask the summarizer's model. */
 const TOOL_TIMEOUT_MS = 300_000;
-const MESSAGE_OVERHEAD_TOKENS = 4;
 /**
  * Budgets are multiples of this: the sidecar refills a prompt whose budget changed (a rewrite, which the
  * provider's cache misses), so a budget moving by a few tokens of system prompt must not move it.
@@ -49,13 +48,6 @@ async function waitWritten(messages: AgentMessage[], manager: SessionManagerView
     }
     await new Promise((resolve) => (round < 5 ? setImmediate(resolve) : setTimeout(resolve, 10)));
   }
-}
-
-function toolText(message: WireMessage): string {
-  if (typeof message.content === 'string') {
-    return message.content;
-  }
-  return (message.content ?? []).map((part) => (typeof part.text === 'string' ? part.text : '')).join('\n');
 }
 
 export class PiSidecar {
@@ -255,7 +247,7 @@ export class PiSidecar {
       }
       throw new Error(`context-sidecar could not run ${name}: ${describe(error)}`);
     }
-    const text = toolText(message);
+    const text = wireText(message.content);
     if (text.startsWith('Error:')) {
       throw new Error(text); // pi marks the result as an error; the text says how to correct the call.
     }
