@@ -12,6 +12,15 @@ run() {
     printf '\n== %s\n' "$name"
     "$@" || failed+=("$name")
 }
+# A Node.js with npm for the agents, the MCP conformance suite and the editor plugins: the node on PATH if it
+# is new enough, else Node 24 from PyPI, installed once into the cache (scripts/node.sh).
+printf '\n== node\n'
+if node_bin="$(scripts/node.sh)"; then
+    [ "$(command -v node)" = "$node_bin/node" ] || export PATH="$node_bin:$PATH"
+    echo "node $(node --version) ($node_bin)"
+else
+    failed+=("node")
+fi
 # The real coding agents the tests drive (pinned in tests/agents/npm, installed once into a cache); with them
 # installed here, a missing agent fails its tests instead of skipping them. SKIP_AGENTS=1 leaves them out.
 if [ -z "${SKIP_AGENTS:-}" ]; then
