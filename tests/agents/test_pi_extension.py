@@ -220,6 +220,20 @@ def test_pi_carries_on_when_the_sidecar_cannot_start(pi: Pi, agent_world: AgentW
     assert [m["role"] for m in second.body["messages"]] == ["system", "user", "assistant", "user"]
 
 
+def test_pi_says_once_why_the_sidecar_cannot_store_its_session(pi: Pi, agent_world: AgentWorld) -> None:
+    configure(pi, window=200_000, reserve=16_384)
+    blocked = agent_world.root / "a-file"
+    blocked.write_text("not a directory")
+    with with_extension(pi, env={"CONTEXT_SIDECAR_DB": str(blocked / "memory.duckdb")}) as rpc:
+        rpc.prompt("hello")
+        rpc.prompt("hello again")
+    said = notices(rpc)
+    assert len(said) == 1, said
+    assert said[0].startswith("context-sidecar: cannot open ") and str(blocked) in said[0]
+    assert [m["role"] for m in agent_world.provider.model_requests[-1].body["messages"]] == [
+        "system", "user", "assistant", "user"], "pi sent its own context"
+
+
 def test_pi_carries_on_when_the_sidecar_dies(pi: Pi, agent_world: AgentWorld) -> None:
     configure(pi, window=200_000, reserve=16_384)
     with with_extension(pi) as rpc:

@@ -271,7 +271,9 @@ export class PiSidecar {
       sidecar.onNotification(Methods.CONTEXT_DID_CHANGE_USAGE, (usage: Usage) => this.showUsage(usage));
       sidecar.onNotification('window/showMessage', (params: { type?: number; message?: string }) => {
         if ((params?.type ?? 3) <= 2 && params?.message) {
-          this.say(`context-sidecar: ${params.message}`, 'warning');
+          // The server's messages name it already; the topic is the reason, as for a failed request.
+          const reason = params.message.replace(/^context-sidecar: /, '');
+          this.say(params.message.startsWith('context-sidecar') ? params.message : `context-sidecar: ${reason}`, 'warning', reason);
         }
       });
       sidecar.ready.catch((error) => this.fail(error));
@@ -372,7 +374,10 @@ export class PiSidecar {
   private fail(error: unknown): void {
     const reason = describe(error);
     if (error instanceof RpcError) {
-      this.say(`context-sidecar: ${reason}; pi sends its own context for now`, 'warning', 'request');
+      if (!this.said.has(reason)) {
+        this.said.add(reason); // The server may have shown the same reason (it cannot open its database).
+        this.say(`context-sidecar: ${reason}; pi sends its own context for now`, 'warning', 'request');
+      }
       return;
     }
     if (this.broken) {
