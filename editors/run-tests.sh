@@ -12,7 +12,7 @@ export CONTEXT_SIDECAR_COMMAND="${CONTEXT_SIDECAR_COMMAND:-context-sidecar}"
 failed=()
 started=$SECONDS
 
-say() { printf '\n== %s\n' "$*"; }
+say() { printf '\n== %s (at %d s)\n' "$*" "$((SECONDS - started))"; }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
 apt_updated=0
