@@ -1,7 +1,7 @@
 /**
  * The context-sidecar protocol as this extension speaks it: the methods it calls, error codes, the
- * wire shapes it reads, and the memory tools' definitions. `test/server.test.ts` checks the names
- * against `protocol/methods.py` and `protocol/errors.py`, and the tools against a real server's.
+ * wire shapes it reads, and the memory tools' definitions. tests/test_editor_method_names.py checks the
+ * names against `protocol/`, and `test/server.test.ts` the tools against a real server's.
  */
 
 export const PROTOCOL_VERSION = 1;
