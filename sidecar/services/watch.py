@@ -332,12 +332,13 @@ class WatchService:
         sidecar = self.sidecar
         sidecar.workspace = tail.workspace
         existing = sidecar.store().session(read.session_id)
-        if existing is not None and (existing.metadata or {}).get("proxy"):
-            # The proxy stores this conversation as it passes, under the agent's session id, with ids of its own.
+        writer = _writer(existing.metadata if existing is not None else None)
+        if writer is not None:
+            # The proxy or the pi extension stores this conversation as it goes (the extension a rewound branch
+            # as a session of its own): an import of the file would mix another branch, or other ids, into it.
             if tail.skipped is None:
-                log.info("%s is not imported: its session %s is written by context-sidecar proxy", path,
-                         read.session_id)
-            tail.skipped = f"session {read.session_id} is written by context-sidecar proxy; not imported again"
+                log.info("%s is not imported: its session %s is written by %s", path, read.session_id, writer)
+            tail.skipped = f"session {read.session_id} is written by {writer}; not imported again"
             raise NothingYet(tail.skipped)
         stored = transcripts.store(sidecar, read, tail.known)
         first = not tail.imported
@@ -404,6 +405,17 @@ class WatchService:
 
 async def _unset(path: Path, session: str | None, fmt: str) -> ImportResult:
     raise RuntimeError("a tail's importer is set when it is made")
+
+
+def _writer(metadata: dict[str, Any] | None) -> str | None:
+    """Who stores a session as its agent runs (so the watcher leaves it alone): the proxy, the pi extension, or None."""
+    if not metadata:
+        return None
+    if metadata.get("proxy"):
+        return "context-sidecar proxy"
+    if metadata.get("piSessionId"):
+        return "the context-sidecar pi extension"
+    return None
 
 
 def _newest_first(tail: Tail) -> float:
