@@ -194,23 +194,49 @@ class SidecarClient:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and return its result; cancelling the awaiting task sends ``$/cancelRequest``."""
+        msg_id, future = self._start(method, params)
+        try:
+            await self._drain()
+            return await future
+        except BaseException as error:
+            self._stop(msg_id, future, error)
+            raise
+
+    async def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Send a request and return the future of its result without waiting for it.
+
+        Requests reach the server in the order they are sent, and it handles ``memory/ingest`` and
+        ``context/assemble`` in that order: a client may send an assemble right behind an ingest (one round trip).
+        """
+        msg_id, future = self._start(method, params)
+        try:
+            await self._drain()
+        except BaseException as error:
+            self._stop(msg_id, future, error)
+            raise
+        return future
+
+    def _start(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+        """Write a request; its id and the future of its result."""
         if self._closed is not None:
             raise SidecarConnectionLost(self._closed.message)
         msg_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = future
-        try:
-            self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-            await self._drain()
-            return await future
-        except asyncio.CancelledError:
-            # Awaiting the future cancels it too; a reply would have set a result instead.
-            if (future.cancelled() or not future.done()) and self._closed is None:
-                with contextlib.suppress(Exception):
-                    self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
-            raise
-        finally:
-            self._pending.pop(msg_id, None)
+        future.add_done_callback(lambda _: self._pending.pop(msg_id, None))
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        return msg_id, future
+
+    def _stop(self, msg_id: int, future: asyncio.Future[Any], error: BaseException) -> None:
+        """A request no longer awaited: cancelled (the server is told), or its connection lost."""
+        # Awaiting the future cancels it too; a reply would have set a result instead.
+        if isinstance(error, asyncio.CancelledError) and (future.cancelled() or not future.done()) \
+                and self._closed is None:
+            with contextlib.suppress(Exception):
+                self._write({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": msg_id}})
+        if future.done() and not future.cancelled():
+            future.exception()  # retrieved: what is raised is the caller's error
+        future.cancel()
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification."""

@@ -10,10 +10,11 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.framing import FrameReader, encode
 from sidecar.importers import parse_transcript
 from sidecar.testing import FakeOpenAIServer, Reply
 from sidecar.tools.synthetic import coding_session
-from tests.conftest import PI_SESSION, call, ingest, running_sidecar, settings_for
+from tests.conftest import PI_SESSION, SERVER_COMMAND, call, ingest, running_sidecar, settings_for
 
 
 def auto_settings(db_path, server=None, **compaction):
@@ -174,3 +175,91 @@ async def test_every_message_of_the_pi_session_is_recoverable_after_full_compact
                     pending.append(("summary", child["id"]))
         assert recovered.keys() == originals.keys()
         assert all(recovered[key] == originals[key] for key in originals)
+
+
+class RawStdio:
+    """The sidecar over its stdio, frame by frame: messages sent together reach it in one read, as a client's
+    back-to-back writes often do; requests from the server are answered by ``answer(method, params)``."""
+
+    def __init__(self, process: asyncio.subprocess.Process, answer) -> None:
+        self.process = process
+        self.answer = answer
+        self.reader = FrameReader()
+        self.seen: list[dict] = []
+
+    async def send(self, *messages: dict) -> None:
+        data = b"".join(encode(message) for message in messages)
+        assert len(data) <= 4096, "one atomic pipe write (PIPE_BUF)"
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        await self.process.stdin.drain()
+
+    async def until(self, predicate, timeout: float = 20.0) -> dict:
+        """The first message from the server that matches, answering its requests meanwhile."""
+        assert self.process.stdout is not None
+        async with asyncio.timeout(timeout):
+            while True:
+                for frame in self.reader.frames():
+                    message = frame.message
+                    self.seen.append(message)
+                    if "method" in message and "id" in message:
+                        await self.send({"jsonrpc": "2.0", "id": message["id"],
+                                         "result": self.answer(message["method"], message.get("params"))})
+                    if predicate(message):
+                        return message
+                data = await self.process.stdout.read(1 << 16)
+                assert data, "the sidecar closed its output"
+                self.reader.feed(data)
+
+
+async def test_a_usage_report_and_the_next_message_read_together_start_one_compaction_of_what_was_sent(tmp_path):
+    # An agent reports a call's usage (a notification) and stores the reply at once: both may arrive in one read.
+    # The automatic compaction the report starts works on the context that call sent, and starts only once (a
+    # second start used to fail as "already running" and hold automatic compaction back for 30 s).
+    log = tmp_path / "sidecar.log"
+    asked: list[dict] = []
+
+    def answer(method, params):
+        asked.append(params)
+        return {"action": "proceed"}
+
+    process = await asyncio.create_subprocess_exec(
+        *SERVER_COMMAND, "--log-file", str(log), "-v",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    raw = RawStdio(process, answer)
+    try:
+        settings = settings_for(tmp_path / "memory.duckdb",
+                                compaction={"auto": True, "freshTail": 2, "leafChunkSize": 2, "minSavings": 0})
+        await raw.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "capabilities": {"experimental": {methods.EXPERIMENTAL_KEY: {"compactionHooks": True}}},
+            "initializationOptions": settings}})
+        await raw.until(lambda m: m.get("id") == 1)
+        await raw.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        sent = [{"id": f"m{i}", "role": "user" if i % 2 else "assistant", "content": f"step {i} " + "word " * 80}
+                for i in range(1, 7)]
+        await raw.send({"jsonrpc": "2.0", "id": 2, "method": methods.MEMORY_INGEST, "params": {
+            "sessionId": "s", "messages": sent, "session": {"contextWindow": 4000}}})
+        under = await raw.until(lambda m: m.get("id") == 2)
+        assert under["result"]["usage"]["state"] == "ok"
+        await raw.send({"jsonrpc": "2.0", "id": 3, "method": methods.CONTEXT_ASSEMBLE, "params": {"sessionId": "s"}})
+        await raw.until(lambda m: m.get("id") == 3)
+        reply = {"id": "m7", "role": "assistant", "content": "step 7 " + "word " * 80}
+        await raw.send({"jsonrpc": "2.0", "method": methods.CONTEXT_REPORT_USAGE,
+                        "params": {"sessionId": "s", "inputTokens": 3900, "outputTokens": 90}},
+                       {"jsonrpc": "2.0", "id": 4, "method": methods.MEMORY_INGEST,
+                        "params": {"sessionId": "s", "messages": [reply]}})
+        compacted = await raw.until(lambda m: m.get("method") == methods.CONTEXT_DID_COMPACT)
+        assert compacted["params"]["trigger"] == "auto"
+        assert any(m.get("id") == 4 and "result" in m for m in raw.seen), "the reply was stored meanwhile"
+        assert [params["messageCount"] for params in asked] == [len(sent)], \
+            "one compaction, of the messages the reported call sent"
+        await raw.send({"jsonrpc": "2.0", "id": 5, "method": "shutdown"})
+        await raw.until(lambda m: m.get("id") == 5)
+        await raw.send({"jsonrpc": "2.0", "method": "exit"})
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    logged = log.read_text()
+    assert "auto-compaction of s failed" not in logged, logged

@@ -186,3 +186,21 @@ def test_replay_of_a_one_prompt_agent_run_compacts_mid_run(tmp_path: Path) -> No
     assert len(COMPACTION.findall(result.stdout)) >= 2
     turns = TURN.findall(result.stdout)
     assert len(turns) == 1 and number(turns[0][3]) <= 32000
+
+
+def test_replay_gives_the_same_timeline_every_run() -> None:
+    # Each step's usage report starts a compaction here (the provider counted far more than the 3,000-token window):
+    # the timeline must not depend on whether that compaction or the step's messages reach the sidecar first.
+    settings = '{"compaction": {"freshTail": 4, "leafChunkSize": 4, "minSavings": 0}}'
+    fixture = Path(__file__).resolve().parent / "fixtures" / "claude-code-2.1-parallel.jsonl"
+    timelines = []
+    for _ in range(3):
+        result = run("replay", fixture, "--context-window", "3000", "--settings", settings)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith(" turn "))
+        rows = table(result.stdout)
+        timelines.append((lines[start:lines.index("replay summary")], rows["compactions"], rows["final context"],
+                          rows["prefix hits"], rows["usage pushes"]))
+    assert COMPACTION.search("\n".join(timelines[0][0])), "the run compacts"
+    assert timelines[1] == timelines[0] and timelines[2] == timelines[0]

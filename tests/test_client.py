@@ -294,3 +294,17 @@ async def test_assemble_kept_applies_deltas_to_the_kept_prompt(client: SidecarCl
     other = await client.assemble_kept("k", budget=10, fresh_tail=1)  # the fill drops old items: not a delta
     # The system message is always sent (pinned context); the fill drops the rest but the newest.
     assert other.delta is False and [item.id for item in other.items] == ["sys", "n2"]
+
+
+async def test_requests_sent_without_waiting_are_handled_in_the_order_sent(client: SidecarClient) -> None:
+    sent = []
+    for number in range(1, 4):
+        after = f"p{number - 1}" if number > 1 else ""
+        sent.append(await client.send(methods.MEMORY_INGEST, {
+            "sessionId": "piped", "after": after, "messages": [{"id": f"p{number}", "role": "user",
+                                                                "content": f"message {number}"}]}))
+        sent.append(await client.send(methods.CONTEXT_ASSEMBLE, {"sessionId": "piped"}))
+    replies = await asyncio.wait_for(asyncio.gather(*sent), LIMIT)
+    assembled = [[item["id"] for item in reply["items"]] for reply in replies[1::2]]
+    assert assembled == [["p1"], ["p1", "p2"], ["p1", "p2", "p3"]]
+    assert [reply["ids"] for reply in replies[0::2]] == [["p1"], ["p2"], ["p3"]]

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from sidecar.agents.follow import Follower, Step
-from sidecar.client import SidecarClient
+from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, parse_transcript
+from sidecar.testing.transcripts import ClaudeCodeWriter
 from sidecar.tools.import_command import client_importer
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 
@@ -103,6 +104,26 @@ async def test_invalid_line_truncation_replacement_and_deletion(tmp_path: Path) 
         step = await follower.step()
         assert "is back" in " ".join(step.notes)
         await follow_until(follower, client, expected_ids(FIXTURES / "pi-v3-thinking.jsonl"))
+
+
+async def test_a_file_that_fails_to_import_is_tried_again_when_it_changes_not_at_every_look(tmp_path: Path) -> None:
+    live = tmp_path / "live.jsonl"
+    too_long = "x" * 600
+    writer = ClaudeCodeWriter(live, str(tmp_path), session_id=too_long)  # no session id the store takes
+    for turn in range(20):
+        writer.turn(turn)
+    async with await SidecarClient.spawn(db=str(tmp_path / "m.duckdb"), settings=SETTINGS) as client:
+        follower = Follower(client_importer(client), live)
+        with pytest.raises(SidecarRequestError, match="sessionId"):
+            await follower.step()
+        # The unchanged file would fail the same way: it is not read again at the next look (a host following it
+        # read it whole five times a second).
+        assert not follower.changed()
+        assert not (await follower.step()).imported
+        live.write_text(live.read_text().replace(too_long, "cc-fixed"))
+        assert follower.changed()
+        step = await follower.step()
+    assert step.imported and step.stored > 0 and follower.session == "cc-fixed"
 
 
 async def read_until(stream: asyncio.StreamReader, pattern: str) -> list[str]:

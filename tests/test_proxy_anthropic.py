@@ -12,6 +12,7 @@ import anthropic
 import httpx2
 import pytest
 
+from sidecar.client import SidecarClient
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
 from tests.helpers.proxy import markers, messages_of, reader, running_proxy, unpaired_tool_calls
@@ -192,3 +193,32 @@ async def test_a_dropped_stream_reaches_the_client_dropped_and_is_not_stored(tmp
                 listed = await sidecar.sessions()
     assert found.matches == []
     assert [s.messages for s in listed.sessions if s.session_id == "dropped"] == [1]  # the user's message only
+
+
+async def test_a_compaction_another_client_makes_reaches_the_agent_s_next_requests(tmp_path: Path) -> None:
+    settings = {"compaction": {"auto": False, "freshTail": 2, "keepRecentTokens": 0}}
+    with FakeProvider(responder=lambda request: "noted <<answer>>") as fake:
+        async with running_proxy(tmp_path, fake.url, settings) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            history: list[dict[str, Any]] = []
+
+            async def turn(number: int) -> None:
+                history.append({"role": "user", "content": f"<<u{number}>> " + "tell me about the parser. " * 40})
+                reply = await client.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=history,
+                                                     extra_headers={"x-context-sidecar-session": "external"})
+                history.append({"role": "assistant", "content": reply.content[0].text})  # type: ignore[union-attr]
+
+            for number in range(12):
+                await turn(number)
+            async with await SidecarClient.spawn(db=str(proxy.db), settings=settings) as sidecar:
+                compacted = await sidecar.compact("external", mode="full")
+            for number in range(12, 16):
+                await turn(number)
+    assert compacted.compacted
+    bodies = [json.dumps(request.body) for request in fake.model_requests]
+    after = [index for index, body in enumerate(bodies) if "<summary" in body]
+    assert after and after[0] in (12, 13)  # the request on its way as the compaction landed may come before it
+    assert after == list(range(after[0], 16))
+    for index in range(after[0] + 1, 16):  # from then on each request repeats the one before it
+        before, now = messages_of(fake.model_requests[index - 1].raw), messages_of(fake.model_requests[index].raw)
+        assert now[:len(before)] == before

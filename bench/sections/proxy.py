@@ -1,12 +1,12 @@
 """The proxy: its overhead per request against the fake upstream called directly, and the pi session's input cost.
 
-Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer
-and a new user message) appended per request, as an agent resends it; the same requests to the fake directly
-and through the proxy (auto-compaction off, so both send the same history), non-streamed (whole reply) and
-streamed (time to the first byte). Cost: the pi session replayed as a Chat Completions agent, one request
-per model call of the transcript, through the proxy with default settings (it compacts), priced with the
-prompt-cache model of `context-sidecar replay`; against the same requests sent straight to the upstream,
-and against what the original agent paid as its transcript records it.
+Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer and a
+new user message) appended per request, as an agent resends it; the same requests to the fake directly and through
+the proxy (a process of its own, as users run it; auto-compaction off, so both send the same history), the two
+paths taking turns in blocks, non-streamed (whole reply) and streamed (time to the first byte). Cost: the pi
+session replayed as a Chat Completions agent, one request per model call of the transcript, through the proxy with
+default settings (it compacts), priced with the prompt-cache model of `context-sidecar replay`; against the same
+requests sent straight to the upstream, and against what the original agent paid as its transcript records it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import bench.core as core
 from bench.core import Bench, percentile, progress
 from sidecar.testing import FakeProvider, Reply, ToolCall
+from sidecar.testing.proxy_process import proxy_process
 from sidecar.tools.prompt_cache import PromptCache
 from sidecar.tools.proxy_command import ProxyOptions, running
 
@@ -30,6 +31,8 @@ HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01", "content-typ
 OVERHEAD_SETTINGS = {"contextWindow": 1_000_000, "compaction": {"auto": False, "maxTokens": -1},
                      "prune": {"enabled": False}}
 """Both paths send the whole history: no compaction, no pruning."""
+BLOCK = 25
+"""Requests per block; the paths take turns block by block."""
 
 
 def history(tokens: int) -> list[dict[str, Any]]:
@@ -48,25 +51,42 @@ def history(tokens: int) -> list[dict[str, Any]]:
     return messages
 
 
-async def _steps(http: Any, url: str, messages: list[dict[str, Any]], runs: int, stream: bool,
-                 session: str) -> list[float]:
-    """Milliseconds per request (to the first byte when streamed), one step appended each time."""
-    times: list[float] = []
-    for run in range(runs + 1):
-        body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": stream,
-                           "messages": messages}, separators=(",", ":")).encode()
-        start = time.perf_counter()
-        async with http.stream("POST", f"{url}/v1/messages", content=body,
-                               headers={**HEADERS, "x-context-sidecar-session": session}) as response:
-            first = None
-            async for _ in response.aiter_raw():
-                first = first or time.perf_counter()
-            done = time.perf_counter()
-        if run:  # the first stores the whole history
-            times.append(((first or done) if stream else done) - start)
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": f"step {run} done"}]})
-        messages.append({"role": "user", "content": f"Go on with step {run + 1}."})
-    return [seconds * 1000 for seconds in times]
+async def _steps(http: Any, urls: tuple[str, str], runs: int, stream: bool, tokens: int,
+                 name: str) -> tuple[list[float], list[float]]:
+    """Milliseconds per request (to the first byte when streamed) to each of ``urls``, one step appended to each
+    one's conversation per request: ``runs`` each, in blocks that take turns (so that both meet the machine's
+    load alike), the first request of each block not counted (the other path's work may still run then)."""
+    histories = (history(tokens), history(tokens))
+    times: tuple[list[float], list[float]] = ([], [])
+    for index in (0, 1):  # the first request stores the whole history
+        await _step(http, urls[index], histories[index], stream, f"{name}-{index}")
+    block = 0
+    while min(len(times[0]), len(times[1])) < runs:
+        index = block % 2
+        for step in range(BLOCK + 1):
+            took = await _step(http, urls[index], histories[index], stream, f"{name}-{index}")
+            if step and len(times[index]) < runs:
+                times[index].append(took)
+        block += 1
+    return times
+
+
+async def _step(http: Any, url: str, messages: list[dict[str, Any]], stream: bool, session: str) -> float:
+    """One request of the conversation (milliseconds, to the first byte when streamed); the agent's next step
+    appended."""
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": stream, "messages": messages},
+                      separators=(",", ":")).encode()
+    start = time.perf_counter()
+    async with http.stream("POST", f"{url}/v1/messages", content=body,
+                           headers={**HEADERS, "x-context-sidecar-session": session}) as response:
+        first = None
+        async for _ in response.aiter_raw():
+            first = first or time.perf_counter()
+        done = time.perf_counter()
+    step = _step_number(messages[-1]["content"])
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": f"step {step} done"}]})
+    messages.append({"role": "user", "content": f"Go on with step {step + 1}."})
+    return (((first or done) if stream else done) - start) * 1000
 
 
 async def overhead(bench: Bench, workdir: Path) -> None:
@@ -76,15 +96,15 @@ async def overhead(bench: Bench, workdir: Path) -> None:
     tokens = 10_000 if bench.sizes.large < 10_000 else 100_000
     runs = bench.sizes.single // 3 if bench.sizes.large < 10_000 else bench.sizes.single
     with FakeProvider(responder=lambda request: Reply(text=_step_text(request))) as fake:
-        options = ProxyOptions(port=0, db=str(workdir / "proxy-overhead.duckdb"), settings=OVERHEAD_SETTINGS,
-                               anthropic_upstream=fake.url, openai_upstream=fake.base_url, share=False)
-        async with running(options) as app, httpx2.AsyncClient(timeout=120) as http:
-            proxy = f"http://127.0.0.1:{app.port}"
+        args = ["--no-share", "--db", str(workdir / "proxy-overhead.duckdb"), "--log-file",
+                str(workdir / "proxy-overhead.log"), "--settings", json.dumps(OVERHEAD_SETTINGS),
+                "--anthropic-upstream", fake.url, "--openai-upstream", fake.base_url]
+        async with proxy_process(args) as (proxy, _), httpx2.AsyncClient(timeout=120) as http:
             for stream in (False, True):
                 name = "ttfb" if stream else "request"
-                progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct and proxied")
-                direct = await _steps(http, fake.url, history(tokens), runs, stream, f"direct-{name}")
-                proxied = await _steps(http, proxy, history(tokens), runs, stream, f"proxied-{name}")
+                progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct and proxied "
+                         f"in turns of {BLOCK}")
+                direct, proxied = await _steps(http, (fake.url, proxy), runs, stream, tokens, name)
                 what = "time to first byte, streamed" if stream else "request, not streamed"
                 bench.record(f"proxy_{name}_direct_p50_ms", f"{what}, {tokens // 1000}k history, direct p50",
                              percentile(direct, 50), "ms")
@@ -97,9 +117,13 @@ async def overhead(bench: Bench, workdir: Path) -> None:
 
 def _step_text(request: Any) -> str:
     """The answer the agent loop expects: the step its newest message names."""
-    last = request.body["messages"][-1]["content"]
-    number = last.rsplit(" ", 1)[-1].rstrip(".") if isinstance(last, str) and last.startswith("Go on") else "0"
-    return f"step {number} done"
+    return f"step {_step_number(request.body['messages'][-1]['content'])} done"
+
+
+def _step_number(content: Any) -> int:
+    """The step a user message asks for ("Go on with step N."), 0 for the opening."""
+    return int(content.rsplit(" ", 1)[-1].rstrip(".")) if isinstance(content, str) and content.startswith("Go on") \
+        else 0
 
 
 def _chat(message: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from protocol.types import ImportResult
 
 POLL_SECONDS = 0.2
 """How often a file is looked at: new entries are stored well within a second of being written."""
+RETRY_SECONDS = 30.0
+"""How long a file whose import failed waits, unchanged, before it is tried again (a change is tried at once)."""
 _NOTHING_YET = ("no messages could be read", "cannot tell the transcript")
 """What an import says of a file that holds no entry yet (a header, harness lines, a half line)."""
 
@@ -66,17 +69,23 @@ class Follower:
     _seen: tuple[int, int, int] | None = None
     _missing: bool = False
     _reported: set[str] = attrs.field(factory=set)
+    _retry_at: float | None = None
+    """After a failed import: when to try the unchanged file again."""
     waiting: str | None = None
     """Why the file holds nothing to import yet, until it does."""
     last: ImportResult | None = None
 
     def changed(self) -> bool:
-        """Whether a look now would import (the file's inode, size or time changed, or it went or came back)."""
+        """Whether a look now would import (the file's inode, size or time changed, it went or came back, or a
+        failed import is due again)."""
         try:
             info = os.stat(self.path)
         except OSError:
             return not self._missing
-        return self._missing or (info.st_ino, info.st_size, info.st_mtime_ns) != self._seen
+        return self._missing or (info.st_ino, info.st_size, info.st_mtime_ns) != self._seen or self._retry_due()
+
+    def _retry_due(self) -> bool:
+        return self._retry_at is not None and time.monotonic() >= self._retry_at
 
     async def step(self) -> Step:
         """Look at the file once; import it when it changed since the last look."""
@@ -93,13 +102,13 @@ class Follower:
             step.notes.append(f"{self.path} is back; reading it from the start")
             self._seen = None
         seen = (info.st_ino, info.st_size, info.st_mtime_ns)
-        if seen == self._seen:
+        if seen == self._seen and not self._retry_due():
             return step
         if self._seen is not None and seen[0] != self._seen[0]:
             step.notes.append(f"{self.path} was replaced (a new file); reading it from the start")
         elif self._seen is not None and seen[1] < self._seen[1]:
             step.notes.append(f"{self.path} was truncated; reading it from the start")
-        self._seen = seen
+        self._seen, self._retry_at = seen, None
         step.imported = True
         try:
             result = await self.importer(self.path, self.session, self.format)
@@ -108,8 +117,13 @@ class Follower:
                 step.notes.append(f"nothing to import yet, waiting for more: {error}")
             self.waiting = str(error)
             return step
-        except BaseException:
+        except asyncio.CancelledError:
             self._seen = None  # not imported: the next look tries again
+            raise
+        except Exception:
+            # Not imported. Reading the whole file again at every look would only fail again (a multi-MB file
+            # takes the host's CPU for that): it is tried again when it changes, or after a while.
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             raise
         self.waiting = None
         self.session, self.format, self.last = result.session_id, result.format, result

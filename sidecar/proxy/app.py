@@ -11,8 +11,7 @@ from typing import Any
 import attrs
 
 from sidecar import __version__
-from sidecar.proxy.adapters.base import Adapter, BadRequest, Request
-from sidecar.proxy.conversation import Conversation
+from sidecar.proxy.adapters.base import Adapter, BadRequest
 from sidecar.proxy.core import Prepared, Proxy
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.upstream import Upstream, join, response_headers
@@ -64,32 +63,22 @@ class App:
             await self.forward(request, responder, None, None, request.body)
             return
         try:
-            text = request.body.decode("utf-8")
-        except UnicodeDecodeError as error:
-            await responder.whole(400, JSON, adapter.error_body(400, f"the body is not UTF-8: {error}"))
-            return
-        try:
-            prepared = await self.prepare(adapter, request, text)
+            prepared = await self.prepare(adapter, request)
         except BadRequest as error:
             log.info("%s %s: answered 400 (%s); nothing stored", request.method, request.path, error.message)
             await responder.whole(400, JSON, adapter.error_body(400, error.message))
             return
         await self.forward(request, responder, adapter, prepared, prepared.body)
 
-    async def prepare(self, adapter: Adapter, request: HttpRequest, text: str) -> Prepared:
+    async def prepare(self, adapter: Adapter, request: HttpRequest) -> Prepared:
         """Read the body and let the core store and assemble it, the agent's conversation locked meanwhile."""
+        parsed, seen = self.proxy.reader.read(adapter, request.body)
         header = next((value for name in SESSION_HEADERS if (value := request.header(name))), None)
-        parsed: Request | None = None
-        if header is None:
-            parsed = adapter.read(text)
-            header = self.proxy.session_of(adapter, parsed, None)
-        conversation: Conversation = self.proxy.conversations.get(header)
+        conversation = self.proxy.conversations.get(header or self.proxy.session_of(adapter, parsed, seen))
         async with conversation.lock:
-            if parsed is None:
-                parsed = adapter.read(text, conversation.known)
             if request.path.endswith("/count_tokens"):
-                return await self.proxy.count(adapter, parsed, conversation, request.body)
-            return await self.proxy.prepare(adapter, parsed, conversation, request.body)
+                return await self.proxy.count(adapter, parsed, seen, conversation)
+            return await self.proxy.prepare(adapter, parsed, seen, conversation)
 
     async def forward(self, request: HttpRequest, responder: Responder, adapter: Adapter | None,
                       prepared: Prepared | None, body: bytes) -> None:
@@ -97,7 +86,6 @@ class App:
         anthropic = adapter.name == "anthropic" if adapter is not None else _anthropic(request)
         base = self.upstreams.anthropic if anthropic else self.upstreams.openai
         url = join(base, request.target, strip_version=not anthropic)
-        recorded = None
         try:
             async with self.upstream.send(request.method, url, request.headers, body) as response:
                 recorder = None
@@ -110,6 +98,10 @@ class App:
                         recorder.feed(chunk)
                     await responder.send(chunk)
                 recorded = recorder.finish() if recorder is not None else None
+                if recorded is not None and adapter is not None and prepared is not None:
+                    # Sent to the host before the agent has the whole answer: a client that reads the session
+                    # once it has the answer finds it there.
+                    await self.proxy.record(adapter, prepared, recorded)
         except self.upstream.errors as error:
             if responder.started:
                 # The upstream dropped the answer midway: the agent sees its connection dropped too.
@@ -121,8 +113,6 @@ class App:
                                   json.dumps({"error": {"message": message, "type": "upstream_unreachable"}}).encode())
             return
         await responder.end()
-        if recorded is not None and adapter is not None and prepared is not None:
-            await self.proxy.record(adapter, prepared, recorded)
 
     def stats(self) -> dict[str, Any]:
         """What GET /stats answers."""

@@ -1,10 +1,11 @@
-"""What the proxy remembers of each agent's conversation: its branches, unit ids, and the previous request's text.
+"""What the proxy remembers of each agent's conversation: the branches it is stored as.
 
 An agent resends its whole conversation with every request. Each unit (message) gets an id chained on its
-parent's, so a resend maps onto what is stored, an answer the proxy recorded is recognised when the agent sends it
-back, and an edited or rewound conversation gets new ids from the first change on. A conversation's path that
-leaves a stored one is a branch: a sidecar session of its own (``<session>~<id>``), so the old one is never
-overwritten. All of this is rebuilt from the host when the proxy starts (see ``core.Proxy.sync``).
+parent's (``seen``), so a resend maps onto what is stored, an answer the proxy recorded is recognised when the agent
+sends it back, and an edited or rewound conversation gets new ids from the first change on. A conversation's path
+that leaves a stored one is a branch: a sidecar session of its own (``<session>~<id>``), so the old one is never
+overwritten. After a restart, a path is found again in the session that holds it (``core.Proxy``: the host's
+answer to an ingest that does not follow its newest message names that message).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 
 from protocol.types import ContextItem
-from sidecar.proxy.adapters.base import Adapter, Unit, unit_id
+from sidecar.proxy.adapters.base import Unit
 
 MAX_CONVERSATIONS = 64
 """Agent sessions whose state is kept; an older one is rebuilt from the host when it comes back."""
@@ -40,16 +41,32 @@ class Branch:
     """The previous assemble's revision, for a delta."""
     items: list[ContextItem] = attrs.Factory(list)
     messages: list[dict[str, Any]] = attrs.Factory(list)
-    rendered: collections.OrderedDict[tuple[Any, ...], list[str]] = attrs.Factory(collections.OrderedDict)
-    """Units rendered, by what they were rendered from."""
-    elements: list[str] = attrs.Factory(list)
+    rendered: collections.OrderedDict[tuple[Any, ...], list[bytes]] = attrs.Factory(collections.OrderedDict)
+    """Units rendered (UTF-8 JSON), by what they were rendered from."""
+    elements: list[bytes] = attrs.Factory(list)
     """The previous context as rendered (before cache markers), and for each item its group's last element."""
     ends: list[int] = attrs.Factory(list)
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
+    asked: int | None = None
+    """The budget the context is assembled within (``core.asked``)."""
+    tokens: int = 0
+    over_budget: bool = False
+    """The previous context's tokens as the sidecar counts them, and whether it was over the budget."""
+    covered: int = 0
+    """How many units of ``ids`` the previous context holds (those after it were stored since)."""
+    epoch: int = 0
+    """Compactions of the session announced so far."""
+    prompt_epoch: int = 0
+    """``epoch`` when the previous context was asked for: a compaction since, and the host decides the next."""
+    checking: asyncio.Task[None] | None = None
+    """Taking the host's answers to the request sent ahead of them (``ahead``)."""
 
     def common(self, ids: Sequence[str]) -> int:
         """How many leading ids of ``ids`` are this path's."""
+        length = len(self.ids)
+        if length <= len(ids) and ids[length - 1:length] == self.ids[-1:] and list(ids[:length]) == self.ids:
+            return length  # the usual case, compared in one go
         count = 0
         for mine, theirs in zip(self.ids, ids, strict=False):
             if mine != theirs:
@@ -60,38 +77,17 @@ class Branch:
     def forget_prompt(self) -> None:
         """Ask for the whole context next time (after a rewrite or an error)."""
         self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
+        self.covered, self.tokens, self.over_budget = 0, 0, False
 
 
 @attrs.define(eq=False)
 class Conversation:
-    """An agent session: its branches, and the last request's elements to recognise a resend without parsing."""
+    """An agent session: the branches its paths are stored as."""
 
     session_id: str
     """The agent's own session id (or one derived from the conversation's opening)."""
     lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
     branches: list[Branch] = attrs.Factory(list)
-    known: list[str] = attrs.Factory(list)
-    """The clean text of each element of the previous request."""
-    known_values: list[Any] = attrs.Factory(list)
-    memo: dict[tuple[str, tuple[str, ...]], str] = attrs.Factory(dict)
-    """Unit ids by (parent id, texts): a resend is recognised by its text."""
-
-    def unit_ids(self, adapter: Adapter, units: Sequence[Unit]) -> list[str]:
-        """The chained id of each unit."""
-        ids: list[str] = []
-        parent = ""
-        for unit in units:
-            key = (parent, unit.texts)
-            found = self.memo.get(key)
-            if found is None:
-                found = self.memo[key] = unit_id(parent, adapter.identity(unit))
-            ids.append(found)
-            parent = found
-        return ids
-
-    def remember(self, parent: str, unit: Unit, unit_id_: str) -> None:
-        """A unit's id known by its text (an answer the proxy recorded)."""
-        self.memo[(parent, unit.texts)] = unit_id_
 
     def best(self, ids: Sequence[str]) -> tuple[Branch | None, int]:
         """The branch that shares the most leading ids with ``ids``, and how many."""
@@ -125,6 +121,10 @@ class Conversations:
 
     def __init__(self) -> None:
         self._items: collections.OrderedDict[str, Conversation] = collections.OrderedDict()
+
+    def all(self) -> list[Conversation]:
+        """Every conversation kept."""
+        return list(self._items.values())
 
     def get(self, session_id: str) -> Conversation:
         """The conversation, made if new."""

@@ -1,10 +1,15 @@
 """The proxy's core, format-neutral: store what is new in a request, assemble, render, and record the answer.
 
-It reaches the shared host as any client does (``SidecarClient``); it never opens the database itself.
+It reaches the shared host as any client does (``SidecarClient``); it never opens the database itself. Requests to
+the host that follow one another are sent without waiting for the replies in between (the host handles them in
+the order they arrive): a request's new messages and the assemble after them are one round trip, and an answer is
+stored while the agent works on its next request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -14,20 +19,29 @@ from typing import Any
 import attrs
 
 from protocol import errors as codes
-from protocol.types import AssembleResult, ContextItem
+from protocol import methods
+from protocol import types as t
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
 from sidecar.engine.usage import reserve_for
-from sidecar.proxy.adapters.base import Adapter, Item, Recorded, Request, Unit, part_id, split_part_id, unit_id
-from sidecar.proxy.conversation import MAX_RENDERED, Branch, Conversation, Conversations
+from sidecar.proxy import ahead
+from sidecar.proxy.adapters.base import Adapter, Recorded, Request, Unit, part_id, split_part_id, unit_id
+from sidecar.proxy.conversation import Branch, Conversation, Conversations
+from sidecar.proxy.render import render_context, spliced, unit_elements
+from sidecar.proxy.seen import Reader, Seen
 from sidecar.proxy.stats import Stats
+from sidecar.wire import structure, unstructure
 
 log = logging.getLogger(__name__)
 
 MAX_MARKERS = 4
 """Anthropic's limit of cache breakpoints in one request, the agent's own included."""
 FORK_ATTEMPTS = 4
+MIN_SLACK = 64
+"""Tokens the budget may grow by before it is asked for anew (or a hundredth of it, when more)."""
+SETTLE_SECONDS = 10.0
+"""How long stopping waits for answers still being stored."""
 
 
 @attrs.define
@@ -52,82 +66,110 @@ class Proxy:
         self.settings = settings
         self.stats = stats
         self.conversations = Conversations()
+        self.reader = Reader()
         self._unknown_models: set[str] = set()
-        client.on_compact(lambda event: stats.compacted(event.session_id, event.tokens_before, event.tokens_after))
+        self._storing: set[asyncio.Task[None]] = set()
+        client.on_compact(self._on_compact)
 
-    def session_of(self, adapter: Adapter, request: Request, header: str | None) -> str:
-        """The agent's session id, else one derived from the conversation's opening (its system prompt and first
-        message): the same for every request of one conversation."""
-        if header:
-            return header
+    def _on_compact(self, event: t.DidCompactParams) -> None:
+        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
+        self._compacted(event.session_id)
+
+    def session_of(self, adapter: Adapter, request: Request, seen: Seen) -> str:
+        """An id derived from the conversation's opening (its system prompt and first message, without cache
+        markers): the same for every request of one conversation."""
         values = request.values[adapter.conversation_key]
-        first = values[0] if isinstance(values, list) and values else values
+        first = seen.values[0] if seen.values else values[0] if isinstance(values, list) and values else values
         opening = json.dumps([adapter.name, request.values.get("system"), request.values.get("instructions"),
                               first], sort_keys=True, ensure_ascii=False)
         return "proxy-" + unit_id("", opening)[3:19]
 
-    async def prepare(self, adapter: Adapter, request: Request, conversation: Conversation,
-                      body: bytes) -> Prepared:
+    async def prepare(self, adapter: Adapter, request: Request, seen: Seen, conversation: Conversation) -> Prepared:
         """Store what is new and build the body to forward; called with the conversation's lock held.
 
         Should the host fail, the request goes upstream as the agent sent it: the agent never breaks.
         """
+        body = request.body.raw
         if not adapter.manageable(request.values):
             self.stats.unmanaged(conversation.session_id, len(body))
             return Prepared(body, conversation, None, request.stream)
-        values, texts = self._elements(adapter, request, conversation)
-        units = adapter.units(values, texts)
-        ids = conversation.unit_ids(adapter, units)
+        budget = self.budget(request)
         try:
-            branch = await self._sync(adapter, request, conversation, units, ids)
-            forwarded = await self._assembled(adapter, request, branch)
+            sent = await self._ahead(adapter, request, conversation, seen, budget)
+            if sent is not None:
+                branch, forwarded = sent
+            else:
+                branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
+                forwarded = await self._assembled(adapter, request, branch, budget, assembling)
         except SidecarRequestError as error:
             log.warning("session %s: forwarded as the agent sent it: %s", conversation.session_id, error)
             self.stats.unmanaged(conversation.session_id, len(body))
             return Prepared(body, conversation, None, request.stream)
         self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, len(body),
                            len(forwarded))
-        return Prepared(forwarded, conversation, branch, request.stream, ids, branch.last)
+        return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
 
-    async def count(self, adapter: Adapter, request: Request, conversation: Conversation, body: bytes) -> Prepared:
+    async def _ahead(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
+                     budget: int) -> tuple[Branch, bytes] | None:
+        """The body sent ahead of the host (see ``ahead``) when the request only appends to its branch, its ingest
+        and assemble sent behind it; None when the host must answer first."""
+        branch, common = conversation.best(seen.ids)
+        if branch is None or not branch.ids or common != len(branch.ids):
+            return None
+        await _checked(branch)
+        units = ahead.pending(branch, seen.units, seen.ids, common)
+        planned = ahead.plan(adapter, branch, units, budget) if units is not None else None
+        if planned is None:
+            return None
+        planned.covered = len(seen.ids)
+        stored = await self._send_ingest(adapter, request, branch, seen.units, seen.ids, common, branch.last)
+        assembling = await self._send_assemble(branch, budget)
+        self._extend(branch, seen.units, seen.ids, common, stored[1] if stored is not None else branch.last)
+        branch.checking = asyncio.ensure_future(ahead.check(self.client, adapter, branch, planned,
+                                                            stored[0] if stored is not None else None, assembling))
+        return branch, self._finish(adapter, request, planned.elements, planned.ends, planned.breakpoints)
+
+    async def count(self, adapter: Adapter, request: Request, seen: Seen, conversation: Conversation) -> Prepared:
         """count_tokens, nothing stored: the body with the context that would be sent when a branch holds the
         conversation so far (its new messages added as they are), else as the agent sent it."""
-        if not adapter.manageable(request.values):
+        body = request.body.raw
+        branch, common = conversation.best(seen.ids)
+        if not seen.units or branch is None or not branch.ids or common != len(branch.ids):
             return Prepared(body, conversation, None)
-        values, texts = self._elements(adapter, request, conversation)
-        units = adapter.units(values, texts)
-        ids = conversation.unit_ids(adapter, units)
-        branch, common = conversation.best(ids)
-        if branch is None or not branch.ids or common != len(branch.ids):
-            return Prepared(body, conversation, None)
+        await _checked(branch)
         try:
-            forwarded = await self._assembled(adapter, request, branch, units[common:], ids[common:])
+            forwarded = await self._assembled(adapter, request, branch, self.budget(request), None,
+                                              seen.units[common:], seen.ids[common:])
         except SidecarRequestError as error:
             log.warning("session %s: count_tokens forwarded as sent: %s", conversation.session_id, error)
             return Prepared(body, conversation, None)
         return Prepared(forwarded, conversation, None)
 
-    def _elements(self, adapter: Adapter, request: Request, conversation: Conversation
-                  ) -> tuple[list[Any], list[str]]:
-        """Each element's clean value and text; an element whose text is known keeps the value it had."""
-        raw = request.values[adapter.conversation_key]
-        values: list[Any] = []
-        texts: list[str] = []
-        known, known_values = conversation.known, conversation.known_values
-        for index, ((start, end), value) in enumerate(zip(request.elements, raw, strict=True)):
-            if value is None and index < len(known):
-                values.append(known_values[index])
-                texts.append(known[index])
+    async def _sync(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
+                    budget: int) -> tuple[Branch, asyncio.Future[Any] | None]:
+        """Store the units the branch lacks, the assemble sent right behind them; a path that leaves every stored
+        one becomes a branch of its own. Returns the branch and the assemble's reply to come, if it was sent."""
+        units, ids = seen.units, seen.ids
+        branch, common = conversation.best(ids)
+        if branch is not None:
+            await _checked(branch)
+        if branch is not None and common == len(branch.ids) and (branch.ids or not ids):
+            stored = await self._send_ingest(adapter, request, branch, units, ids, common, branch.last)
+            assembling = await self._send_assemble(branch, budget)
+            try:
+                last = await _stored(stored, branch.last)
+            except SidecarRequestError as error:
+                _forget(assembling)  # of the session without this request's messages
+                if error.code != codes.CONVERSATION_MOVED:
+                    raise
             else:
-                value, text = adapter.clean(value, request.text[start:end])
-                values.append(value)
-                texts.append(text)
-        conversation.known, conversation.known_values = texts, values
-        return values, texts
+                self._extend(branch, units, ids, common, last)
+                return branch, assembling
+        return await self._resync(adapter, request, conversation, units, ids), None
 
-    async def _sync(self, adapter: Adapter, request: Request, conversation: Conversation, units: list[Unit],
-                    ids: list[str]) -> Branch:
-        """Store the units the branch lacks; a path that leaves every stored one becomes a branch of its own."""
+    async def _resync(self, adapter: Adapter, request: Request, conversation: Conversation, units: list[Unit],
+                      ids: list[str]) -> Branch:
+        """``_sync`` one step at a time: the session moved on elsewhere, or the conversation is new to this proxy."""
         branch, common = conversation.best(ids)
         if branch is not None and common == len(branch.ids) and (branch.ids or not ids):
             start, after = common, branch.last
@@ -136,11 +178,11 @@ class Proxy:
         taken = 0
         for _ in range(FORK_ATTEMPTS):
             if branch is None:
-                name = conversation.fork_name(ids, taken)
-                branch = conversation.branch(name)
+                branch = conversation.branch(conversation.fork_name(ids, taken))
                 branch.ids, branch.last, start, after = [], "", 0, ""
             try:
-                last = await self._store(adapter, request, branch, units, ids, start, after)
+                last = await _stored(await self._send_ingest(adapter, request, branch, units, ids, start, after),
+                                     after)
             except SidecarRequestError as error:
                 if error.code != codes.CONVERSATION_MOVED:
                     raise
@@ -157,22 +199,39 @@ class Proxy:
                 conversation.branches.remove(branch)
                 branch, taken = None, taken + 1
                 continue
-            branch.ids, branch.last = list(ids), last
-            for unit, uid in zip(units[start:], ids[start:], strict=True):
-                branch.units[uid] = unit
+            self._extend(branch, units, ids, start, last)
             return branch
         raise SidecarRequestError(codes.CONVERSATION_MOVED, "the conversation kept moving on elsewhere")
 
-    async def _store(self, adapter: Adapter, request: Request, branch: Branch, units: Sequence[Unit],
-                     ids: Sequence[str], start: int, after: str) -> str:
-        """Ingest units[start:] after ``after``; returns the id of the newest stored message."""
+    @staticmethod
+    def _extend(branch: Branch, units: Sequence[Unit], ids: Sequence[str], start: int, last: str) -> None:
+        branch.ids, branch.last = list(ids), last
+        for unit, uid in zip(units[start:], ids[start:], strict=True):
+            branch.units[uid] = unit
+
+    async def _send_ingest(self, adapter: Adapter, request: Request, branch: Branch, units: Sequence[Unit],
+                           ids: Sequence[str], start: int, after: str) -> tuple[asyncio.Future[Any], str] | None:
+        """Send the ingest of units[start:] after ``after``: the reply to come and the id of the newest message it
+        stores (None when there is nothing to store)."""
         messages = sidecar_messages(adapter, units[start:], ids[start:])
         if not messages:
-            return after
-        info: dict[str, Any] = {"model": request.model,
-                                "metadata": {"proxy": adapter.name, "agentSession": branch.session_id.split("~")[0]}}
-        await self.client.ingest(branch.session_id, messages, info, after=after)
-        return str(messages[-1]["id"])
+            return None
+        info = t.SessionInfo(model=request.model, metadata={"proxy": adapter.name,
+                                                           "agentSession": branch.session_id.split("~")[0]})
+        params = t.IngestParams(branch.session_id, messages, info, after)
+        return await self.client.send(methods.MEMORY_INGEST, unstructure(params)), str(messages[-1]["id"])
+
+    async def _send_assemble(self, branch: Branch, budget: int) -> asyncio.Future[Any]:
+        """Send context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""
+        params = t.AssembleParams(branch.session_id, budget=asked(branch, budget), since=branch.revision)
+        return await self.client.send(methods.CONTEXT_ASSEMBLE, unstructure(params))
+
+    def _compacted(self, session_id: str) -> None:
+        """A compaction of a session: the host decides its next context, not a request sent ahead."""
+        for conversation in self.conversations.all():
+            for branch in conversation.branches:
+                if branch.session_id == session_id:
+                    branch.epoch += 1
 
     @staticmethod
     def _last_part(adapter: Adapter, unit: Unit, uid: str) -> str:
@@ -189,25 +248,27 @@ class Proxy:
                 self._unknown_models.add(model or "")
                 log.warning("model %r: context window unknown; using contextWindow %d from the settings (set "
                             "'models' to name its window)", model, window)
-        overhead = math.ceil(request.overhead_chars / 4)
+        overhead = math.ceil(request.overhead_bytes / 4)
         return max(window - reserve_for(window, self.settings.compaction) - overhead, window // 4)
 
-    async def _assembled(self, adapter: Adapter, request: Request, branch: Branch,
-                         extra: Sequence[Unit] = (), extra_ids: Sequence[str] = ()) -> bytes:
+    async def _assembled(self, adapter: Adapter, request: Request, branch: Branch, budget: int,
+                         assembling: asyncio.Future[Any] | None, extra: Sequence[Unit] = (),
+                         extra_ids: Sequence[str] = ()) -> bytes:
         """The body with its conversation replaced by the sidecar's assembled context (then ``extra`` units).
 
         The sidecar counts its own messages; the provider's JSON of them is larger. A context whose rendering
         turns out over the budget is assembled again within a budget scaled by what rendering added, a scale the
         branch keeps (the budget stays the same from request to request, so the prompt's prefix does too).
         """
-        budget = self.budget(request)
         for attempt in range(2):
-            result = await self._assemble(branch, math.floor(budget / branch.scale))
-            elements, ends = await self._render_kept(adapter, branch, result)
+            covered, epoch = len(branch.ids), branch.epoch
+            if assembling is None:
+                assembling = await self._send_assemble(branch, budget)
+            result = await self._take_assembled(branch, budget, assembling, covered, epoch)
+            assembling = None
+            elements, ends = await render_context(self.client, adapter, branch, result)
             for unit, uid in zip(extra, extra_ids, strict=True):
-                parts = adapter.parts(unit)
-                elements += adapter.render_unit(unit, [Item("message", part_id(uid, index, len(parts)), part)
-                                                       for index, part in enumerate(parts)])
+                elements += unit_elements(adapter, unit, uid)
             rendered = math.ceil((sum(len(element) + 1 for element in elements) + 1) / 4)
             if rendered <= budget or attempt or not result.tokens:
                 break
@@ -215,133 +276,119 @@ class Proxy:
             log.info("session %s: the rendered context (%d tokens) is over the budget (%d): scale %.2f",
                      branch.session_id, rendered, budget, branch.scale)
             branch.forget_prompt()
+        return self._finish(adapter, request, elements, ends, result.cache_breakpoints or ())
+
+    @staticmethod
+    def _finish(adapter: Adapter, request: Request, elements: list[bytes], ends: Sequence[int],
+                breakpoints: Sequence[int]) -> bytes:
+        """The body to forward: cache markers after the breakpoints (items) the agent's own leave room for."""
         own, marker = adapter.marker(request)
-        wanted = sorted({ends[index] for index in result.cache_breakpoints or () if 0 <= index < len(ends)})
+        wanted = sorted({ends[index] for index in breakpoints if 0 <= index < len(ends)})
         room = max(0, MAX_MARKERS - own)
-        elements = adapter.finish(elements, wanted[len(wanted) - room:] if room else [], marker)
-        start, end = request.conversation
-        text = request.text
-        return (text[:start] + "[" + ",".join(elements) + "]" + text[end:]).encode()
+        return spliced(request, adapter.finish(list(elements), wanted[len(wanted) - room:] if room else [], marker))
 
-    async def _render_kept(self, adapter: Adapter, branch: Branch, result: AssembleResult
-                           ) -> tuple[list[str], list[int]]:
-        """The context's elements: after a delta, those of the kept items as last rendered and the new ones."""
-        keep = result.keep or 0 if result.delta else 0
-        if keep and len(branch.ends) >= keep:
-            cut = branch.ends[keep - 1] + 1  # a unit's parts are stored together: no group spans the cut
-            more, more_ends = await self._render(adapter, branch, branch.items[keep:], branch.messages[keep:])
-            elements, ends = branch.elements[:cut] + more, branch.ends[:keep] + [end + cut for end in more_ends]
-        else:
-            elements, ends = await self._render(adapter, branch, branch.items, branch.messages)
-        branch.elements, branch.ends = list(elements), list(ends)
-        return elements, ends
-
-    async def _assemble(self, branch: Branch, budget: int) -> AssembleResult:
-        """context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""
-        result = await self.client.assemble(branch.session_id, budget=budget, since=branch.revision)
+    async def _take_assembled(self, branch: Branch, budget: int, assembling: asyncio.Future[Any], covered: int,
+                              epoch: int) -> t.AssembleResult:
+        """The assemble's reply, kept as the branch's prompt; compacted first when even the fresh tail is over."""
+        result = structure(await assembling, t.AssembleResult)
         if result.over_budget:
             log.info("session %s: over budget even at its fresh tail; compacting before sending", branch.session_id)
             await self.client.compact(branch.session_id, mode="full")
             branch.forget_prompt()
-            result = await self.client.assemble(branch.session_id, budget=budget)
-        if result.delta and branch.revision is not None:
-            keep = result.keep or 0
-            branch.items = branch.items[:keep] + result.items
-            branch.messages = branch.messages[:keep] + result.messages
-        else:
-            branch.items, branch.messages = list(result.items), list(result.messages)
-        branch.revision = result.revision
+            epoch = branch.epoch
+            result = await self.client.assemble(branch.session_id, budget=asked(branch, budget))
+        ahead.take(branch, result, covered, epoch)
         return result
 
-    async def _render(self, adapter: Adapter, branch: Branch, items: Sequence[ContextItem],
-                      messages: Sequence[dict[str, Any]]) -> tuple[list[str], list[int]]:
-        """The elements of the assembled context, and for each item the index of its group's last element."""
-        elements: list[str] = []
-        ends: list[int] = []
-        group: list[Item] = []
-        owner: Unit | None = None
-        owner_id = ""
-        members = 0
-
-        def flush() -> None:
-            nonlocal members
-            if not group:
-                return
-            if owner is None:
-                out = adapter.render_others(group)
-            else:
-                key = (owner_id, *((i.id, i.pruned, _calls(i.message)) for i in group))
-                out = branch.rendered.get(key) or adapter.render_unit(owner, group)
-                branch.rendered[key] = out
-                branch.rendered.move_to_end(key)
-                if len(branch.rendered) > MAX_RENDERED:
-                    branch.rendered.popitem(last=False)
-            elements.extend(out)
-            ends.extend([len(elements) - 1] * members)
-            group.clear()
-            members = 0
-
-        for context_item, message in zip(items, messages, strict=True):
-            item = Item(context_item.kind, context_item.id, message, bool(context_item.pruned))
-            parsed = split_part_id(item.id) if item.kind == "message" else None
-            unit = await self._unit(branch, parsed[0], item.id) if parsed is not None else None
-            uid = parsed[0] if unit is not None and parsed is not None else ""
-            if group and (unit is not owner or uid != owner_id):
-                flush()
-            owner, owner_id = unit, uid
-            group.append(item)
-            members += 1
-        flush()
-        return elements, ends
-
-    async def _unit(self, branch: Branch, uid: str, message_id: str) -> Unit | None:
-        """The unit a stored message came from, from memory or its stored original."""
-        unit = branch.units.get(uid)
-        if unit is not None:
-            return unit
-        first = uid if message_id == uid else f"{uid}.0"
-        try:
-            expanded = await self.client.expand(branch.session_id, first)
-        except SidecarRequestError as error:
-            log.warning("session %s: no original for %s (%s); rendered from the stored message", branch.session_id,
-                        first, error)
-            return None
-        original = expanded.items[0].original if expanded.items else None
-        if not original:
-            return None
-        unit = Unit(tuple(original), tuple(json.loads(text) for text in original))
-        branch.units[uid] = unit
-        return unit
-
     async def record(self, adapter: Adapter, prepared: Prepared, recorded: Recorded) -> None:
-        """Store the answer after the request's messages and report the provider's usage."""
+        """Report the provider's usage and store the answer after the request's messages; both are sent at once,
+        the host's reply to the ingest is awaited in the background."""
         branch, conversation = prepared.branch, prepared.conversation
         if branch is None:
             return
-        if recorded.unit is not None:
-            async with conversation.lock:
-                parent = prepared.ids[-1] if prepared.ids else ""
-                uid = unit_id(parent, adapter.identity(recorded.unit))
-                messages = sidecar_messages(adapter, [recorded.unit], [uid])
-                try:
-                    await self.client.ingest(branch.session_id, messages, after=prepared.last)
-                except SidecarRequestError as error:
-                    log.info("session %s: answer not recorded (%s); the agent's next request brings it",
-                             branch.session_id, error.message)
-                    return
-                if branch.ids == prepared.ids:
-                    branch.ids.append(uid)
-                    branch.last = str(messages[-1]["id"])
-                branch.units[uid] = recorded.unit
-                conversation.remember(parent, recorded.unit, uid)
         self.stats.usage(branch.session_id, recorded)
-        if recorded.input_tokens is not None and recorded.output_tokens is not None:
-            await self.client.report_usage(branch.session_id, recorded.input_tokens, recorded.output_tokens,
-                                           recorded.cache_read_tokens, recorded.cache_write_tokens)
+        try:
+            if recorded.input_tokens is not None and recorded.output_tokens is not None:
+                # Before the answer is stored: the usage is that of the prompt sent, on which the host calibrates.
+                await self.client.report_usage(branch.session_id, recorded.input_tokens, recorded.output_tokens,
+                                               recorded.cache_read_tokens, recorded.cache_write_tokens)
+        except SidecarRequestError as error:
+            log.warning("session %s: usage not reported (%s)", branch.session_id, error.message)
+        if recorded.unit is None:
+            return
+        async with conversation.lock:
+            parent = prepared.ids[-1] if prepared.ids else ""
+            uid = unit_id(parent, adapter.identity(recorded.unit))
+            messages = sidecar_messages(adapter, [recorded.unit], [uid])
+            params = t.IngestParams(branch.session_id, messages, None, prepared.last)
+            try:
+                sent = await self.client.send(methods.MEMORY_INGEST, unstructure(params))
+            except SidecarRequestError as error:
+                log.info("session %s: answer not recorded (%s)", branch.session_id, error.message)
+                return
+            newest = str(messages[-1]["id"])
+            if branch.ids == prepared.ids and branch.last == prepared.last:
+                branch.ids.append(uid)
+                branch.last = newest
+            branch.units[uid] = recorded.unit
+        task = asyncio.ensure_future(self._recorded(prepared, sent, newest))
+        self._storing.add(task)
+        task.add_done_callback(self._storing.discard)
+
+    async def _recorded(self, prepared: Prepared, sent: asyncio.Future[Any], newest: str) -> None:
+        """The host's reply to an answer's ingest: should it refuse, the branch is back where the request left it
+        (the agent's next request brings the answer again)."""
+        branch, conversation = prepared.branch, prepared.conversation
+        assert branch is not None
+        try:
+            await sent
+        except SidecarRequestError as error:
+            log.info("session %s: answer not recorded (%s); the agent's next request brings it",
+                     branch.session_id, error.message)
+            async with conversation.lock:
+                await _checked(branch)
+                branch.forget_prompt()  # the next request waits for the host, which says where the session is
+                if branch.last == newest:
+                    branch.ids, branch.last = list(prepared.ids), prepared.last
+
+    async def settle(self, timeout: float = SETTLE_SECONDS) -> None:
+        """Wait (a while at most) for the answers still being stored."""
+        if self._storing:
+            await asyncio.wait(set(self._storing), timeout=timeout)
 
 
-def _calls(message: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(call["id"] for call in message.get("tool_calls") or ())
+def asked(branch: Branch, budget: int) -> int:
+    """The budget to assemble the branch's context within: ``budget`` in the sidecar's tokens, kept the same while
+    the rest of the body changes only a little (a request streamed or not, another max_tokens), since another
+    budget is a rewrite of the context (the prompt's prefix moves)."""
+    wanted = math.floor(budget / branch.scale)
+    slack = max(MIN_SLACK, wanted // 100)
+    if branch.asked is None:
+        branch.asked = wanted
+    elif not branch.asked <= wanted <= branch.asked + slack:
+        branch.asked = max(wanted - slack // 2, 0)
+    return branch.asked
+
+
+async def _checked(branch: Branch) -> None:
+    """Wait until the host's answers to a request sent ahead are taken (``ahead.check`` handles their errors)."""
+    if branch.checking is not None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await branch.checking
+        branch.checking = None
+
+
+async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) -> str:
+    """The id of the newest message an ingest stored, once the host confirms it (``otherwise`` when none was sent)."""
+    if sent is None:
+        return otherwise
+    await sent[0]
+    return sent[1]
+
+
+def _forget(future: asyncio.Future[Any]) -> None:
+    """A reply no longer wanted: its error, if any, is not reported as never retrieved."""
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def sidecar_messages(adapter: Adapter, units: Sequence[Unit], ids: Sequence[str]) -> list[dict[str, Any]]:

@@ -1,15 +1,14 @@
 """Spans of JSON text: where each member of a body and each element of an array start and end.
 
 The proxy keeps every message as the agent sent it (verbatim text) and splices the assembled context into the
-agent's own body, so it works on spans of the text rather than on parsed values. Elements that repeat a known
-text (the conversation the agent resends) are recognised by comparing text, without being parsed again.
+agent's own body, so it works on spans of the text rather than on parsed values (see also ``body``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 _decode = json.JSONDecoder().raw_decode
@@ -45,14 +44,29 @@ def object_members(text: str, start: int = 0,
     A key in ``special`` has its value read by that function (text, index) -> (value, end) instead of parsed.
     A key given twice keeps its last value, as ``json.loads`` does.
     """
+    return members(text, skip_space(text, start), special or {}, opening=True)
+
+
+def members(text: str, index: int, special: dict[str, Callable[[str, int], tuple[Any, int]]],
+            opening: bool = False) -> tuple[dict[str, Any], dict[str, Span], int]:
+    """An object's members from ``index``: at its ``{`` (``opening``), or after one of its values, where a ``,``
+    (more members) or its ``}`` comes. Values, spans of the values, and the index after the object."""
     values: dict[str, Any] = {}
     spans: dict[str, Span] = {}
-    index = skip_space(text, start)
-    if text[index:index + 1] != "{":
-        raise JsonTextError(f"expected an object at character {index}")
-    index = skip_space(text, index + 1)
-    if text[index:index + 1] == "}":
-        return values, spans, index + 1
+    index = skip_space(text, index)
+    if opening:
+        if text[index:index + 1] != "{":
+            raise JsonTextError(f"expected an object at character {index}")
+        index = skip_space(text, index + 1)
+        if text[index:index + 1] == "}":
+            return values, spans, index + 1
+    else:
+        separator = text[index:index + 1]
+        if separator == "}":
+            return values, spans, index + 1
+        if separator != ",":
+            raise JsonTextError(f"expected ',' or '}}' at character {index}")
+        index = skip_space(text, index + 1)
     while True:
         if text[index:index + 1] != '"':
             raise JsonTextError(f"expected a member name at character {index}")
@@ -61,8 +75,10 @@ def object_members(text: str, start: int = 0,
         if text[index:index + 1] != ":":
             raise JsonTextError(f"expected ':' at character {index}")
         index = skip_space(text, index + 1)
-        reader = special.get(key) if special else None
+        reader = special.get(key)
         value, end = reader(text, index) if reader is not None else value_at(text, index)
+        values.pop(key, None)  # a key given twice: its last value, at its last place
+        spans.pop(key, None)
         values[key], spans[key] = value, (index, end)
         index = skip_space(text, end)
         separator = text[index:index + 1]
@@ -73,42 +89,34 @@ def object_members(text: str, start: int = 0,
         index = skip_space(text, index + 1)
 
 
-def array_elements(text: str, start: int, known: Sequence[str] = ()) -> tuple[list[Span], list[Any], int]:
-    """The elements of the array at ``start``: their spans, their values, and the index after the array.
-
-    An element whose text is ``known[i]`` (a complete JSON value, so the match is the whole element) is not
-    parsed: its value is None. The others are parsed.
-    """
+def array_elements(text: str, start: int) -> tuple[list[Span], list[Any], int]:
+    """The elements of the array at ``start``: their spans, their values, and the index after the array."""
     index = skip_space(text, start)
     if text[index:index + 1] != "[":
         raise JsonTextError(f"expected an array at character {index}")
     spans: list[Span] = []
+    values, end = elements(text, index + 1, spans, opening=True)
+    return spans, values, end
+
+
+def elements(text: str, index: int, spans: list[Span], opening: bool) -> tuple[list[Any], int]:
+    """An array's elements from ``index``: after its ``[`` (``opening``), or after a ``,`` (at least one more
+    element), to its ``]``. Their values and the index after the array; each one's span is added to ``spans``."""
     values: list[Any] = []
-    index = skip_space(text, index + 1)
-    if text[index:index + 1] == "]":
-        return spans, values, index + 1
-    count = len(known)
+    index = skip_space(text, index)
+    if opening and text[index:index + 1] == "]":
+        return values, index + 1
     while True:
-        position = len(spans)
-        guess = known[position] if position < count else None
-        if guess is not None and text.startswith(guess, index):
-            end = index + len(guess)
-            after = skip_space(text, end)
-            if text[after:after + 1] not in (",", "]"):
-                value, end = value_at(text, index)
-            else:
-                value = None
-        else:
-            value, end = value_at(text, index)
-        spans.append((index, end))
+        value, end = value_at(text, index)
+        spans.append((skip_space(text, index), end))
         values.append(value)
         index = skip_space(text, end)
         separator = text[index:index + 1]
         if separator == "]":
-            return spans, values, index + 1
+            return values, index + 1
         if separator != ",":
             raise JsonTextError(f"expected ',' or ']' at character {index}")
-        index = skip_space(text, index + 1)
+        index += 1
 
 
 def compact(value: Any) -> str:

@@ -169,11 +169,12 @@ class SidecarServer(LanguageServer):
         if future is not None and not future.done():
             future.set_result(None)
 
-    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a task the server keeps until it ends."""
         task = asyncio.get_running_loop().create_task(work)
         self.background_tasks.add(task)
         task.add_done_callback(self.background_tasks.discard)
+        return task
 
     def push_usage(self, usage: types.Usage) -> None:
         """Send context/didChangeUsage, unless the client turned it off."""

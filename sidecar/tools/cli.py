@@ -100,11 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", parents=[common_options(replay_db, command=True)], help="replay a transcript turn by turn",
         description="Parse the transcript here, spawn a real sidecar on --db (default: a fresh temporary database, "
                     "removed afterwards) with auto-compaction on, and feed it turn by turn as an agent would: "
-                    "ingest the user message, context/assemble, ingest the rest of the turn, report the provider "
-                    "usage the transcript recorded. Prints a timeline (usage, state changes, compactions) and a "
-                    "summary table, with the prompt cache figures: the share of each turn's prompt that repeats the "
-                    "previous prompt's leading messages byte for byte (billed as a cache read, the rest as a cache "
-                    "write) and the input cost under --prices.")
+                    "ingest the user message, then per step context/assemble, report the provider usage the "
+                    "transcript recorded, ingest the step; each compaction ends before the next message, so a "
+                    "transcript gives the same timeline every run. Prints a timeline (usage, state changes, "
+                    "compactions) and a summary table, with the prompt cache figures: the share of each turn's "
+                    "prompt that repeats the previous prompt's leading messages byte for byte (billed as a cache "
+                    "read, the rest as a cache write) and the input cost under --prices.")
     replay.add_argument("file", metavar="FILE", help="transcript file, as for import")
     replay.add_argument("--session", metavar="ID", help="session id (default: the transcript's own, or the file "
                                                         "name); must be new in --db")
@@ -164,8 +165,10 @@ claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.contex
   without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
   Claude Code reads them in a folder you trust.
 codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
-  (codex exec starts no optional server) and default_tools_approval_mode = "approve" (codex exec asks no
-  one). --project: .codex/config.toml, which Codex reads in a trusted project.
+  (codex exec starts no optional server; Codex does not start without it, so run --remove before you
+  uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and env_vars (XDG_RUNTIME_DIR,
+  XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex passes an MCP server few
+  variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
 A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
 is written and the exit code is 1. --db PATH is passed on to the server and the hooks.""")
     setup.add_argument("agent", choices=["claude-code", "codex"], help="the agent to set up")
@@ -265,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off, settings=args.settings)
     if args.command == "mcp":
-        from sidecar.mcp.server import run
+        from sidecar.mcp.stdio import run
 
         return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
     if args.command == "hook":

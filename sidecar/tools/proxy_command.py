@@ -104,7 +104,9 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     for problem in problems:
         log.warning("--settings: %s", problem)
     command = [sys.executable, "-m", "sidecar", *([] if options.share else ["--no-share"])]
-    client = await SidecarClient.spawn(command, db=options.db, settings=options.settings)
+    # Each ingest's reply holds the session's usage: no context/didChangeUsage besides.
+    client = await SidecarClient.spawn(command, db=options.db, settings=options.settings,
+                                       capabilities={"usageNotifications": False})
     upstream = Upstream()
     anthropic = AnthropicAdapter()
     adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
@@ -125,6 +127,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
         yield app
     finally:
         server.close()
+        await app.proxy.settle()
         await upstream.close()
         await client.close()
 

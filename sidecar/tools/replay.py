@@ -241,7 +241,12 @@ class _Replay:
 
     async def _turn(self, client: SidecarClient, turn: Turn, previous: Usage | None) -> Usage:
         """Ingest the user message, then each step as an agent makes it: assemble, report the call's usage, ingest
-        the reply and its tool results, let any compaction finish (so long one-prompt runs compact mid-run)."""
+        the reply and its tool results.
+
+        Any compaction a message starts finishes before the next one is sent (so long one-prompt runs compact
+        mid-run), as for an agent whose summarizer is quicker than its steps: the same transcript and settings give
+        the same timeline every run.
+        """
         await self._ingest(client, turn.opening, first=previous is None)
         if previous is None:
             await self._columns(client)
@@ -251,7 +256,8 @@ class _Replay:
             assembled = await self._assemble(client)  # the call that produced this step's assistant message
             sent = assembled.tokens if sent is None else sent
             turn_cost = self._price(assembled, turn_cost)
-            await self._report(client, turn, step, assembled)  # what the provider counted for that very call
+            if await self._report(client, turn, step, assembled):  # what the provider counted for that very call
+                await self._settle(client)  # a compaction the report started, of the context that call sent
             await self._ingest(client, step, first=False)
             await self._settle(client)
         if sent is None:
@@ -278,19 +284,21 @@ class _Replay:
         self.stats.last_sent = (len(assembled.messages), assembled.tokens)
         return assembled
 
-    async def _report(self, client: SidecarClient, turn: Turn, step: list[Message], call: AssembleResult) -> None:
-        """context/reportUsage with the step's provider usage, while it describes a prompt the sidecar sends."""
+    async def _report(self, client: SidecarClient, turn: Turn, step: list[Message], call: AssembleResult) -> bool:
+        """context/reportUsage with the step's provider usage, while it describes a prompt the sidecar sends;
+        whether it was sent."""
         reported = provider_usage(step)
         if reported is None or self.report_usage == "never":
-            return
+            return False
         if self.report_usage == "auto" and _reshaped(call):
             self.report_usage = "never"
             self.notes.append(f"from turn {turn.number} on, the transcript's provider usage is not reported: it "
                               "counts the original agent's prompt, and the sidecar now sends a pruned or compacted one")
-            return
+            return False
         await client.report_usage(self.session_id, reported.get("input", 0), reported.get("output", 0),
                                   reported.get("cacheRead"), reported.get("cacheWrite"))
         self.stats.reports += 1
+        return True
 
     async def _ingest(self, client: SidecarClient, messages: list[Message], first: bool) -> None:
         """memory/ingest; the first one also sets the session's window, model and title."""
@@ -307,10 +315,10 @@ class _Replay:
         self.stats.duplicates += result.duplicates
 
     async def _settle(self, client: SidecarClient) -> Usage:
-        """Usage once any compaction started by this turn has finished."""
+        """Usage once any compaction the messages sent so far started has finished."""
         clock = time.monotonic()
-        # The first round trip lets the server start the compaction our last message triggered; the second sees it.
-        await client.usage(self.session_id)
+        # The server handles a connection's messages in order and begins an automatic compaction in the handler
+        # of the message that crossed the threshold, so this request already sees it running.
         usage = await client.usage(self.session_id)
         while usage.state == "compacting":
             if time.monotonic() - clock > SETTLE_TIMEOUT:

@@ -7,8 +7,10 @@ server that imported the workspace's earlier transcripts can put it in the tool 
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
 
+from sidecar.client import SidecarClient
 from sidecar.testing import reference_policy
 from tests.agents.runners import Claude, Codex
 from tests.agents.world import AgentWorld
@@ -36,16 +38,22 @@ def test_claude_code_finds_what_an_earlier_session_of_the_workspace_was_told(
     assert second.text.startswith("FINAL: tool said: memory_grep")
 
 
-def test_codex_finds_what_an_earlier_session_of_the_workspace_was_told(
+async def test_codex_finds_what_an_earlier_session_of_the_workspace_was_told_while_an_editor_shares_the_memory(
         codex: Codex, agent_world: AgentWorld) -> None:
     agent_world.run([agent_world.sidecar, "setup", "codex"], env=codex.env(), stdin="").check()
     codex.config = tomllib.loads((codex.home / "config.toml").read_text())  # each run writes base + this
     assert codex.config["mcp_servers"]["context-sidecar"]["required"] is True
     agent_world.provider.responder = reference_policy()
-    codex.run(f"Remember this for later: {FACT}.").check()
+    (await asyncio.to_thread(codex.run, f"Remember this for later: {FACT}.")).check()
     earlier = codex.sessions()
     agent_world.provider.responder = reference_policy(tool="memory_grep", arguments={"pattern": "QUOKKA"})
-    second = codex.run("USE_TOOL: what was the deploy password hint?").check()
+    # An editor holds the database's host meanwhile: Codex starts its MCP server with a few variables only, and
+    # the server must still find that host (its socket is under the user's XDG_RUNTIME_DIR), not open the
+    # database itself.
+    async with await SidecarClient.spawn([str(agent_world.sidecar)], env=agent_world.env(codex.env()),
+                                         timeout=60) as editor:
+        await editor.sessions()
+        second = (await asyncio.to_thread(codex.run, "USE_TOOL: what was the deploy password hint?")).check()
 
     offered = [(tool.namespace, tool.name) for tool in second.requests[0].tools]
     assert ("mcp__context_sidecar", "memory_grep") in offered

@@ -7,8 +7,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +14,8 @@ from typing import Any
 import attrs
 
 from sidecar.client import SidecarClient
+from sidecar.testing.proxy_process import proxy_process
 
-LISTENING = re.compile(rb"listening on (http://127\.0\.0\.1:\d+)")
 MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
 
 
@@ -40,28 +38,15 @@ async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] 
     """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin), stopped with SIGINT."""
     db = tmp_path / "proxy.duckdb"
     log = tmp_path / "proxy.log"
-    argv = [sys.executable, "-m", "sidecar", "proxy", "--port", "0", "--db", str(db), "--log-file", str(log), "-v",
-            "--anthropic-upstream", upstream, "--openai-upstream", f"{upstream}/v1", *args]
+    argv = ["--db", str(db), "--log-file", str(log), "-v", "--anthropic-upstream", upstream,
+            "--openai-upstream", f"{upstream}/v1", *args]
     if settings is not None:
         path = tmp_path / "settings.json"
         path.write_text(json.dumps(settings))
         argv += ["--settings", str(path)]
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
-    process = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE, env=env)
-    assert process.stderr is not None
-    try:
-        line = await asyncio.wait_for(process.stderr.readline(), 60)
-        found = LISTENING.search(line)
-        assert found, f"the proxy did not start: {line!r} {await process.stderr.read()!r}"
-        yield RunningProxy(found.group(1).decode(), db, log, process)
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+    async with proxy_process(argv, env) as (url, process):
+        yield RunningProxy(url, db, log, process)
 
 
 @contextlib.asynccontextmanager

@@ -29,9 +29,8 @@ class AnthropicAdapter(Adapter):
         messages = request.values["messages"]
         if not isinstance(messages, list):
             raise BadRequest("messages: Input should be a valid list")
-        for index, message in enumerate(messages):
-            if message is None:
-                continue  # the text of a message already seen
+        for index in range(request.body.reused, len(messages)):
+            message = messages[index]
             where = f"messages.{index}"
             if not isinstance(message, dict):
                 raise BadRequest(f"{where}: Input should be a valid dictionary")
@@ -117,19 +116,19 @@ class AnthropicAdapter(Adapter):
         _flush(out, results)
         return out
 
-    def finish(self, elements: list[str], breakpoints: Sequence[int], marker: str | None) -> list[str]:
+    def finish(self, elements: list[bytes], breakpoints: Sequence[int], marker: str | None) -> list[bytes]:
         if elements and json.loads(elements[0]).get("role") == "assistant":
             # The budget left out the user message before it: the API wants a user message first.
-            elements.insert(0, compact({"role": "user", "content": "[earlier conversation in memory]"}))
+            elements.insert(0, compact({"role": "user", "content": "[earlier conversation in memory]"}).encode())
             breakpoints = [index + 1 for index in breakpoints]
         marked: set[int] = set()
         for index in sorted(breakpoints, reverse=True):
             # A message whose content is a string takes no marker without being rewritten (and so unlike the
             # same message in the next request): the marker goes on the nearest message before it that takes one.
             while 0 <= index < len(elements) and index not in marked:
-                changed = with_marker(elements[index], marker or DEFAULT_MARKER)
+                changed = with_marker(elements[index].decode(), marker or DEFAULT_MARKER)
                 if changed is not None:
-                    elements[index] = changed
+                    elements[index] = changed.encode()
                     marked.add(index)
                     break
                 index -= 1

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from sidecar.proxy.jsontext import JsonTextError, Span, array_elements, object_members, value_at
+from sidecar.proxy.body import Body, BodyError, read_body
 
 
 class BadRequest(Exception):
@@ -27,15 +27,14 @@ class BadRequest(Exception):
 
 @attrs.define
 class Request:
-    """A parsed request body: the top-level values and where its conversation is in the text."""
+    """A request body as read (see ``body.Body``): its top-level members and its conversation's elements."""
 
-    text: str
-    values: dict[str, Any]
-    """Top-level members; the conversation's member holds the list of element values (None: a known text)."""
-    conversation: Span
-    """The span of the conversation's array (``messages``, ``input``) in ``text``."""
-    elements: list[Span]
-    """The span of each element of that array."""
+    body: Body
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Top-level members; the conversation's member lists its elements' values (None: taken unread)."""
+        return self.body.values
 
     @property
     def model(self) -> str | None:
@@ -49,9 +48,10 @@ class Request:
         return self.values.get("stream") is True
 
     @property
-    def overhead_chars(self) -> int:
-        """Characters of the body outside the conversation: system prompt, tools, settings."""
-        return len(self.text) - (self.conversation[1] - self.conversation[0])
+    def overhead_bytes(self) -> int:
+        """Bytes of the body outside the conversation: system prompt, tools, settings."""
+        span = self.body.span or (0, 0)
+        return len(self.body.raw) - (span[1] - span[0])
 
 
 @attrs.define
@@ -130,28 +130,16 @@ class Adapter(abc.ABC):
     conversation_key: ClassVar[str]
     """The top-level member that holds the conversation: ``messages`` or ``input``."""
 
-    def read(self, body: str, known: Sequence[str] = ()) -> Request:
-        """The request, its conversation's elements read (those equal to ``known[i]`` not parsed again)."""
-        key = self.conversation_key
-
-        def elements(text: str, index: int) -> tuple[Any, int]:
-            if text[index:index + 1] != "[":
-                return value_at(text, index)  # not an array: check() says so as the API would
-            spans, values, end = array_elements(text, index, known)
-            found[:] = spans
-            return values, end
-
-        found: list[Span] = []
+    def read(self, raw: bytes, previous: Sequence[Body] = ()) -> Request:
+        """The request; its conversation's leading elements that are a previous body's are taken unread."""
         try:
-            values, spans, end = object_members(body, 0, {key: elements})
-        except JsonTextError as error:
-            raise BadRequest(f"the body is not valid JSON: {error}") from None
-        if body[end:].strip():
-            raise BadRequest(f"the body is not valid JSON: extra data at character {end}")
-        if key not in spans:
-            raise BadRequest(f"{key}: field required")
-        request = Request(body, values, spans[key], found)
-        if self.manageable(values):
+            body = read_body(raw, self.conversation_key, previous)
+        except BodyError as error:
+            raise BadRequest(str(error)) from None
+        if body.span is None:
+            raise BadRequest(f"{self.conversation_key}: field required")
+        request = Request(body)
+        if self.manageable(body.values):
             self.check(request)
         return request
 
@@ -161,7 +149,8 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def check(self, request: Request) -> None:
-        """Raise BadRequest for a conversation of the wrong shape (element values are None when known)."""
+        """Raise BadRequest for a conversation of the wrong shape (its elements from ``request.body.reused`` on: the
+        others were checked in an earlier request)."""
 
     @abc.abstractmethod
     def clean(self, value: Any, text: str) -> tuple[Any, str]:
@@ -188,9 +177,9 @@ class Adapter(abc.ABC):
     def render_others(self, items: Sequence[Item]) -> list[str]:
         """The elements for summaries and for messages other clients stored, from the sidecar's messages."""
 
-    def finish(self, elements: list[str], breakpoints: Sequence[int], marker: str | None) -> list[str]:
-        """The whole conversation, last touches: cache markers after the ``breakpoints`` (element indexes), in
-        the agent's own ``marker`` JSON when it sent one."""
+    def finish(self, elements: list[bytes], breakpoints: Sequence[int], marker: str | None) -> list[bytes]:
+        """The whole conversation (its elements' UTF-8 JSON), last touches: cache markers after the ``breakpoints``
+        (element indexes), in the agent's own ``marker`` JSON when it sent one."""
         return elements
 
     def marker(self, request: Request) -> tuple[int, str | None]:

@@ -25,9 +25,8 @@ class ChatAdapter(Adapter):
         messages = request.values["messages"]
         if not isinstance(messages, list):
             raise BadRequest("Invalid type for 'messages': expected an array of objects.")
-        for index, message in enumerate(messages):
-            if message is None:
-                continue
+        for index in range(request.body.reused, len(messages)):
+            message = messages[index]
             if not isinstance(message, dict) or message.get("role") not in ROLES:
                 raise BadRequest(f"Invalid value for 'messages[{index}].role': expected one of {', '.join(ROLES)}.")
             calls = message.get("tool_calls")

@@ -33,8 +33,8 @@ class ResponsesAdapter(Adapter):
         items = request.values["input"]
         if not isinstance(items, list):
             raise BadRequest("Invalid type for 'input': expected a string or an array of input items.")
-        for index, item in enumerate(items):
-            if item is not None and not isinstance(item, dict):
+        for index in range(request.body.reused, len(items)):
+            if not isinstance(items[index], dict):
                 raise BadRequest(f"Invalid type for 'input[{index}]': expected an object.")
 
     def manageable(self, values: dict[str, Any]) -> bool:

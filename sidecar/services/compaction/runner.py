@@ -11,6 +11,8 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
+
 from protocol import errors as codes
 from protocol import methods
 from protocol.types import (
@@ -28,8 +30,10 @@ from sidecar.summarizers.base import Summarizer, SummarizerError
 from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
-    from sidecar.services.compaction.engine import Outcome
+    from sidecar.rows import SessionRow
+    from sidecar.services.compaction.engine import Compaction, Outcome
     from sidecar.services.model_tools.calls import Answerer
+    from sidecar.services.runtime import SessionRuntime
     from sidecar.services.state import Sidecar
 
 log = logging.getLogger(__name__)
@@ -68,7 +72,7 @@ class CompactionPeer(Protocol):
     def settle_later(self) -> None:
         """Checkpoint when requests pause."""
 
-    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a task the server keeps until it ends."""
 
 
@@ -108,6 +112,14 @@ class CompactionRunner:
 
     async def compact(self, params: CompactParams, trigger: str = "manual") -> CompactResult:
         """Run one compaction; raises SidecarError with the protocol's codes."""
+        return await self._finish(self._begin(params, trigger))
+
+    def _begin(self, params: CompactParams, trigger: str) -> _Begun:
+        """Check, mark the session compacting and read its context, all before any await.
+
+        So a compaction works on the context as it was when it was asked for or triggered, whatever the client
+        sends next, and a second trigger in the same turn of the loop finds the session taken.
+        """
         session_id = params.session_id
         mode = params.mode or self.sidecar.settings.compaction.mode
         if mode not in methods.COMPACTION_MODES:
@@ -115,21 +127,34 @@ class CompactionRunner:
         if self.sidecar.runtime.compacting(session_id):
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
-        from sidecar.services.compaction.engine import Compaction, Outcome  # loaded with the first compaction
+        from sidecar.services.compaction.engine import Compaction  # loaded with the first compaction
 
-        state = self.sidecar.runtime.of(session_id)
-        state.compacting = True
-        token = params.work_done_token
+        begun = _Begun(session_id, mode, trigger, params.focus, params.work_done_token,
+                       self.sidecar.runtime.of(session_id))
+        begun.state.compacting = True
         try:
-            summarizer = self.summarizer()
-            if summarizer.name == "openai":
+            begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
+                                          progress=self._progress_reporter(begun.token, session_id))
+            begun.session = begun.compaction.load()
+            begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
+                                                                tail=begun.compaction.loaded_context())
+        except BaseException:
+            begun.release()  # no await since it was marked: nobody saw it compacting
+            raise
+        return begun
+
+    async def _finish(self, begun: _Begun) -> CompactResult:
+        """Summarize and write what ``_begin`` read; the session is released however this ends."""
+        from sidecar.services.compaction.engine import Outcome
+
+        session_id, mode, trigger, token = begun.session_id, begun.mode, begun.trigger, begun.token
+        compaction, session, tokens_before = begun.compaction, begun.session, begun.tokens_before
+        assert compaction is not None and session is not None, "_begin read the context"
+        try:
+            if compaction.summarizer.name == "openai":
                 await self._openai_imported()
-            compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
-                                    progress=self._progress_reporter(token, session_id))
-            session = compaction.load()
-            tokens_before = self.sidecar.estimated_tokens(session, tail=compaction.loaded_context())
             supplied, cancelled = await self._ask_client(session_id, mode, trigger, tokens_before,
-                                                         compaction.message_count(), params.focus)
+                                                         compaction.message_count(), begun.focus)
             if cancelled:
                 return self._result(session_id, Outcome(False, mode, tokens_before, tokens_before,
                                                         reason="cancelled by client"))
@@ -138,15 +163,15 @@ class CompactionRunner:
             try:
                 outcome = await compaction.run(supplied, tokens_before)
                 if outcome.compacted:
-                    state.note_compacted()
+                    begun.state.note_compacted()
                 elif trigger == "auto":  # usage tells why until the context has grown enough to try again
-                    state.note_idle(session.context_count, outcome.reason or "")
+                    begun.state.note_idle(session.context_count, outcome.reason or "", self.sidecar.settings)
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
-            state.compacting = False
+            begun.release()
             if token is not None:
                 self._end_progress(token)
             self._push_usage(session_id)
@@ -317,19 +342,52 @@ class CompactionRunner:
         if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
-        self.server.run_in_background(self._auto(session_id))
-
-    async def _auto(self, session_id: str) -> None:
         mode = self.sidecar.settings.compaction.mode
         try:
-            await self.compact(CompactParams(session_id=session_id, mode=mode), trigger="auto")  # type: ignore
+            # Begun here, in the request that crossed the threshold: the messages that follow it are not compacted
+            # with it, and their own changes find the session taken (no second start, no back-off).
+            begun = self._begin(CompactParams(session_id=session_id, mode=mode), "auto")  # type: ignore[arg-type]
+        except Exception as error:
+            self._auto_failed(session_id, error)
+            return
+        task = self.server.run_in_background(self._auto(begun))
+        task.add_done_callback(lambda _: begun.release())  # also when cancelled before it ever ran
+
+    async def _auto(self, begun: _Begun) -> None:
+        try:
+            await self._finish(begun)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic())
-            message = error.message if isinstance(error, SidecarError) else repr(error)
-            log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s",
-                        session_id, delay, message)
-            self._push_usage(session_id)
+            self._auto_failed(begun.session_id, error)
             return
-        self.sidecar.runtime.of(session_id).clear_backoff()
+        begun.state.clear_backoff()
+
+    def _auto_failed(self, session_id: str, error: Exception) -> None:
+        delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic(), self.sidecar.settings)
+        message = error.message if isinstance(error, SidecarError) else repr(error)
+        log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s", session_id, delay, message)
+        self._push_usage(session_id)
+
+
+@attrs.define
+class _Begun:
+    """A compaction that has begun: its session marked compacting, its context read."""
+
+    session_id: str
+    mode: str
+    trigger: str
+    focus: str | None
+    token: Any
+    """The client's work-done progress token, if any."""
+    state: SessionRuntime
+    compaction: Compaction | None = None
+    session: SessionRow | None = None
+    tokens_before: int = 0
+    released: bool = False
+
+    def release(self) -> None:
+        """The session is no longer being compacted (once: later calls change nothing)."""
+        if not self.released:
+            self.released = True
+            self.state.compacting = False
