@@ -108,10 +108,14 @@ class Conversation:
         self.branches.append(branch)
         return branch
 
-    def fork_name(self, ids: Sequence[str], taken: int = 0) -> str:
-        """A session id for a new branch: the agent's session's for the first, else named after its last unit."""
+    def fork_name(self, ids: Sequence[str], taken: int = 0, foreign: bool = False) -> str:
+        """A session id for a new branch: the agent's session's for the first; when that session is another
+        client's (``foreign``: its transcript imported), one named after the conversation's opening, which a
+        restarted proxy finds again; else one named after its last unit."""
         if not self.branches and not taken:
             return self.session_id
+        if foreign and ids:
+            return f"{self.session_id}~{ids[0][3:11]}"
         suffix = ids[-1][3:11] if ids else "empty"
         return f"{self.session_id}~{suffix}" + (f"-{taken}" if taken > 1 else "")
 
