@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sidecar.tools.agent_config import is_our_hook
+from sidecar.agents.config import is_our_hook
 
 COMMAND = str(Path(sys.executable).parent / "context-sidecar")
 HOOK = f"{COMMAND} hook claude-code"

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import importlib
 import logging
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,12 +24,6 @@ log = logging.getLogger(__name__)
 
 CALL_DEADLINE = 45.0
 """Seconds a tools/call may take in all (attaching, one retry, the call): under Codex's 60 s tool timeout."""
-WATCH = "memory/watch"
-"""Asks the host to follow the workspace's agent transcripts while this connection lives (when the host has it)."""
-WATCH_ENV = ("HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR")
-"""Where the agents keep their transcripts, as this process (the agent's child) sees it; the host's may differ."""
-HOST_LOST = -32022
-"""``protocol.errors.HOST_CONNECTION_LOST``, without importing the protocol package at start-up."""
 
 
 @attrs.define
@@ -96,28 +89,31 @@ class HostLink:
             asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
-        """``memory/watch`` the workspace, if the host offers it and it changed; a failure is only logged."""
+        """``memory/watch`` the workspace (the agents' directories as this process, the agent's child, sees them),
+        if the host offers it and the workspace changed; a failure is only logged."""
+        from protocol.methods import MEMORY_WATCH  # loaded by the attach
+
         async with self._watch_lock:  # one at a time: a tools/call waits for the one under way
             client, workspace = self._client, self._workspace
             if client is None or workspace is None or workspace == self._watched:
                 return
-            if WATCH not in (client.capabilities.get("methods") or ()):
-                log.info("the host has no %s: earlier agent sessions are not imported", WATCH)
+            if MEMORY_WATCH not in (client.capabilities.get("methods") or ()):
+                log.info("the host has no %s: earlier agent sessions are not imported", MEMORY_WATCH)
                 self._watched = workspace
                 return
             previous, self._watched = self._watched, workspace
             try:
                 if previous is not None:
-                    await client.request(WATCH, {"workspace": previous, "watch": False})
-                env = {key: os.environ[key] for key in WATCH_ENV if os.environ.get(key)}
-                result = await client.request(WATCH, {"workspace": workspace, "env": env})
-                log.info("watching %s: %d transcripts", workspace, len((result or {}).get("transcripts") or ()))
+                    await client.watch(previous, watch=False)
+                result = await client.watch(workspace)
+                log.info("watching %s: %d transcripts", workspace, len(result.transcripts))
             except Exception as error:  # the tools work without it
-                log.warning("%s %s failed: %s", WATCH, workspace, error)
+                log.warning("%s %s failed: %s", MEMORY_WATCH, workspace, error)
 
     async def call_tool(self, name: str, arguments: str, workspace: str, session_id: str | None,
                         tool_call_id: str | None) -> ToolOutcome:
         """memory/callTool over the workspace; a host lost mid-call is tried once more, on a new host."""
+        from protocol.errors import HOST_CONNECTION_LOST
         from sidecar.client import SidecarConnectionLost, SidecarRequestError  # loaded by the attach
 
         deadline = time.monotonic() + CALL_DEADLINE
@@ -133,7 +129,7 @@ class HostLink:
             except SidecarConnectionLost as error:
                 reason = f"the connection to context-sidecar was lost ({error.message})"
             except SidecarRequestError as error:
-                if error.code != HOST_LOST:
+                if error.code != HOST_CONNECTION_LOST:
                     return ToolOutcome(f"Error: context-sidecar could not run {name}: {error.message}", True)
                 reason = "the host of the memory database exited during the call"
             except TimeoutError:

@@ -268,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           report_usage=args.report_usage, prices=args.prices,
                           compare_prune_off=args.compare_prune_off, settings=args.settings)
     if args.command == "mcp":
-        from sidecar.mcp.server import run
+        from sidecar.mcp.stdio import run
 
         return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
     if args.command == "hook":

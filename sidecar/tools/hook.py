@@ -1,7 +1,7 @@
 """``context-sidecar hook claude-code``: Claude Code's compaction hooks, as a client of the shared host.
 
-- ``PreCompact``: import the transcript to its last line, so nothing Claude Code is about to compact is missing,
-  and ask the host to watch the workspace's transcripts.
+- ``PreCompact``: import the transcript to its last line, so nothing Claude Code is about to compact is missing.
+  (It sends no ``memory/watch``: a watch lasts as long as its connection, and the MCP server keeps one.)
 - ``SessionStart`` with source ``compact``: print ``additionalContext`` holding the session's standing rules and
   the files it modified and read (``memory/rules``), so they survive Claude Code's own compaction.
 - ``PostCompact``: record Claude Code's ``compact_summary`` with the session (``memory/recordCompaction``).

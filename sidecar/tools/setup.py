@@ -13,17 +13,15 @@ import os
 import shutil
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
 
-from sidecar.agents import locations
-from sidecar.tools import agent_config
-from sidecar.tools.agent_config import SERVER, ConfigError
-from sidecar.tools.jsonedit import loads, new_document
-from sidecar.tools.tomledit import TomlEditError
+from sidecar.agents import config as agent_config
+from sidecar.agents.config import SERVER, claude_files, codex_file
+from sidecar.agents.jsonedit import JsonEditError, loads, new_document
+from sidecar.agents.tomledit import TomlEditError
 
 AGENTS = ("claude-code", "codex")
 Edit = Callable[[str, str], tuple[str, list[str]]]
@@ -60,18 +58,6 @@ def command_path() -> str:
     raise SetupError(f"cannot find the {SERVER} command (install the package so that it is on PATH)")
 
 
-def claude_files(env: Mapping[str, str], project: Path | None) -> tuple[Path, Path]:
-    """(where Claude Code reads MCP servers, its settings file), of the user or of a project."""
-    if project is not None:
-        return project / ".mcp.json", project / ".claude" / "settings.json"
-    return locations.claude_user_config(env), locations.claude_settings(env)
-
-
-def codex_file(env: Mapping[str, str], project: Path | None) -> Path:
-    """Codex's config.toml: the user's, or a project's ``.codex/config.toml``."""
-    return project / ".codex" / "config.toml" if project is not None else locations.codex_config(env)
-
-
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
@@ -91,7 +77,7 @@ def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool) -> Cha
         if kind == "JSON" and before is not None:
             loads(before)
         after, done = edit(before if before is not None else empty, str(path))
-    except (ConfigError, TomlEditError) as error:
+    except (JsonEditError, TomlEditError) as error:
         raise SetupError(f"{path}: {error}") from None
     except ValueError as error:  # json.JSONDecodeError
         raise SetupError(f"{path} is not valid {kind} ({error})") from None
@@ -167,21 +153,11 @@ def notes(agent: str, env: Mapping[str, str], project: Path | None) -> list[str]
         return []
     where = os.path.realpath(project)
     if agent == "claude-code":
-        config, _ = claude_files(env, None)
-        try:
-            trusted = loads(config.read_text(encoding="utf-8"))[0].get("projects", {}).get(where, {})
-            if trusted.get("hasTrustDialogAccepted"):
-                return []
-        except (OSError, ValueError, AttributeError):
-            pass
+        if agent_config.claude_trusts(env, where):
+            return []
         return [f"Claude Code reads a project's .mcp.json and .claude/settings.json only in a folder you trust: "
                 f"run `claude` in {where} once and accept."]
-    try:
-        projects = tomllib.loads(codex_file(env, None).read_text(encoding="utf-8")).get("projects", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        projects = {}
-    folders = [where, *map(str, Path(where).parents)]
-    if any(isinstance(projects.get(f), dict) and projects[f].get("trust_level") == "trusted" for f in folders):
+    if agent_config.codex_trusts(env, where):
         return []
     return [f"Codex reads .codex/config.toml only in a trusted project: trust {where} when Codex asks, "
             f"or run `context-sidecar setup codex` for the user config."]

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sidecar.agents.tomledit import value_text
 from sidecar.tools.proxy_command import HOST, ProxyOptions, add_options, running
-from sidecar.tools.tomledit import value_text
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sidecar.tools.tomledit import key_text, value_text
+from sidecar.agents.tomledit import key_text, value_text
 from tests.agents.world import RUN_TIMEOUT, AgentRun, AgentWorld, kill_group
 
 Event = dict[str, Any]

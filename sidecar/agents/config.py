@@ -1,7 +1,8 @@
-"""What ``setup`` writes into Claude Code's and Codex's own config files, and how it finds its entries again.
+"""What ``context-sidecar setup`` writes into Claude Code's and Codex's own config files, which files those are,
+and how it finds its entries again.
 
-Each function takes a file's text and returns the new text with what was done, in words; the text is edited in
-place (``jsonedit``, ``tomledit``), so everything else in the file keeps its bytes.
+Each edit takes a file's text and returns the new text with what was done, in words; the text is edited in place
+(``jsonedit``, ``tomledit``), so everything else in the file keeps its bytes.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import functools
 import operator
 import os
 import shlex
-from collections.abc import Callable, Sequence
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from sidecar.agents import jsonedit, locations
+from sidecar.agents.jsonedit import JsonEditError, drop_items, drop_member, ensure_item, ensure_member, walk
 from sidecar.agents.locations import ENV_NAMES
-from sidecar.tools import jsonedit
-from sidecar.tools.tomledit import remove_table, set_table
+from sidecar.agents.tomledit import remove_table, set_table
 
 SERVER = "context-sidecar"
 TOOLS_PERMISSION = f"mcp__{SERVER}"
@@ -31,8 +35,36 @@ only (HOME, PATH, …), and these decide the database, its host's socket and the
 agents keep their transcripts. Without them the server would miss the host an editor or Claude Code started."""
 
 
-class ConfigError(ValueError):
-    """A config file setup cannot edit safely: not valid, or a key of another type than Claude Code reads."""
+def claude_files(env: Mapping[str, str], project: Path | None) -> tuple[Path, Path]:
+    """(where Claude Code reads MCP servers, its settings file), of the user or of a project."""
+    if project is not None:
+        return project / ".mcp.json", project / ".claude" / "settings.json"
+    return locations.claude_user_config(env), locations.claude_settings(env)
+
+
+def codex_file(env: Mapping[str, str], project: Path | None) -> Path:
+    """Codex's config.toml: the user's, or a project's ``.codex/config.toml``."""
+    return project / ".codex" / "config.toml" if project is not None else locations.codex_config(env)
+
+
+def claude_trusts(env: Mapping[str, str], folder: str) -> bool:
+    """Whether the user accepted Claude Code's trust dialog for ``folder`` (it reads the project's files then)."""
+    config, _ = claude_files(env, None)
+    try:
+        projects = jsonedit.loads(config.read_text(encoding="utf-8"))[0].get("projects", {})
+        return bool(projects.get(folder, {}).get("hasTrustDialogAccepted"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def codex_trusts(env: Mapping[str, str], folder: str) -> bool:
+    """Whether the user config trusts ``folder`` or a folder above it (Codex reads a project's config then)."""
+    try:
+        projects = tomllib.loads(codex_file(env, None).read_text(encoding="utf-8")).get("projects", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    folders = [folder, *map(str, Path(folder).parents)]
+    return any(isinstance(projects.get(f), dict) and projects[f].get("trust_level") == "trusted" for f in folders)
 
 
 def server_args(db: str | None) -> list[str]:
@@ -57,110 +89,12 @@ def is_our_hook(hook: Any) -> bool:
     return len(argv) >= 3 and os.path.basename(argv[0]) == SERVER and argv[1:3] == ["hook", "claude-code"]
 
 
-def _value(text: str, path: Sequence[str | int]) -> Any:
-    value = jsonedit.loads(text)[0]
-    for step in path:
-        value = value[step]
-    return value
-
-
-def _objects(text: str, name: str, path: list[str]) -> tuple[list[str], Any]:
-    """(the part of ``path`` that exists, its value); ConfigError when a step is not an object."""
-    value = jsonedit.loads(text)[0]
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name} does not hold a JSON object")
-    found: list[str] = []
-    for key in path:
-        if key not in value:
-            break
-        value = value[key]
-        found.append(key)
-        if not isinstance(value, dict) and len(found) < len(path):
-            raise ConfigError(f"{name}: {'.'.join(found)} is not an object")
-    return found, value
-
-
-def _nest(keys: list[str], leaf: Any) -> Any:
-    for key in reversed(keys):
-        leaf = {key: leaf}
-    return leaf
-
-
-def ensure_member(text: str, name: str, path: list[str], key: str, value: dict[str, Any]) -> tuple[str, str | None]:
-    """``path.key`` holding ``value``'s keys (other keys of an existing entry kept); (text, "added"/"updated"/None)."""
-    found, node = _objects(text, name, [*path, key])
-    if len(found) == len(path) + 1:
-        if not isinstance(node, dict):
-            raise ConfigError(f"{name}: {'.'.join([*path, key])} is not an object")
-        if all(node.get(k) == v for k, v in value.items()):
-            return text, None
-        return jsonedit.replace(text, [*path, key], {**node, **value}), "updated"
-    if found != path:
-        nested = _nest([*path[len(found) + 1:], key], value)
-        return jsonedit.append(text, list(found), path[len(found)], nested), "added"
-    return jsonedit.append(text, list(path), key, value), "added"
-
-
-def ensure_item(text: str, name: str, path: list[str], item: Any,
-                stale: Callable[[Any], bool] = lambda _: False) -> tuple[str, str | None]:
-    """The array at ``path`` holding ``item``, items ``stale`` says are ours taken out; (text, what was done)."""
-    found, node = _objects(text, name, path)
-    if len(found) == len(path):
-        if not isinstance(node, list):
-            raise ConfigError(f"{name}: {'.'.join(path)} is not an array")
-        if item in node:
-            return text, None
-        text, removed = drop_items(text, name, path, stale, prune=False)
-        return jsonedit.append(text, list(path), None, item), "updated" if removed else "added"
-    return jsonedit.append(text, list(found), path[len(found)], _nest(path[len(found) + 1:], [item])), "added"
-
-
-def drop_items(text: str, name: str, path: Sequence[str | int], ours: Callable[[Any], bool],
-               prune: bool = True) -> tuple[str, bool]:
-    """The array at ``path`` without the items ``ours`` picks (emptied containers removed); (text, any removed)."""
-    try:
-        node = _value(text, path)
-    except (KeyError, IndexError, TypeError):
-        return text, False
-    if not isinstance(node, list):
-        raise ConfigError(f"{name}: {'.'.join(map(str, path))} is not an array")
-    removed = False
-    for index in reversed(range(len(node))):
-        if ours(node[index]):
-            text = jsonedit.remove(text, path, index)
-            removed = True
-    return (_prune(text, path) if prune and removed else text), removed
-
-
-def drop_member(text: str, name: str, path: list[str], key: str) -> tuple[str, bool]:
-    """``path`` without ``key`` (emptied containers removed); (text, whether it was there)."""
-    try:
-        node = _value(text, path)
-    except (KeyError, TypeError):
-        return text, False
-    if not isinstance(node, dict) or key not in node:
-        return text, False
-    text = jsonedit.remove(text, path, list(node).index(key))
-    return _prune(text, path), True
-
-
-def _prune(text: str, path: Sequence[str | int]) -> str:
-    """Remove the containers along ``path`` that are now empty, deepest first (never the document itself)."""
-    while path and _value(text, path) in ({}, []):
-        parent, step = path[:-1], path[-1]
-        container = _value(text, parent)
-        index = list(container).index(step) if isinstance(step, str) else step
-        text = jsonedit.remove(text, parent, index)
-        path = parent
-    return text
-
-
 # Claude Code
 
 def claude_mcp(text: str, name: str, command: str, db: str | None, remove: bool) -> tuple[str, list[str]]:
     """``mcpServers.context-sidecar`` in ``~/.claude.json`` or a project's ``.mcp.json``."""
     if remove:
-        _objects(text, name, ["mcpServers", SERVER])
+        walk(text, name, ["mcpServers", SERVER])
         text, removed = drop_member(text, name, ["mcpServers"], SERVER)
         return text, [f"removed the MCP server {SERVER}"] if removed else []
     entry = {"type": "stdio", "command": command, "args": server_args(db)}
@@ -185,7 +119,7 @@ def claude_settings(text: str, name: str, command: str, db: str | None, remove: 
         entries.append(("enabledMcpjsonServers", ["enabledMcpjsonServers"], SERVER, "approved .mcp.json's server"))
     for label, path, value, what in entries:
         if remove:
-            _objects(text, name, path)
+            walk(text, name, path)
             text, removed = drop_items(text, name, path, functools.partial(operator.eq, value))
             if removed:
                 done.append(f"removed {label} {value}")
@@ -199,11 +133,11 @@ def claude_settings(text: str, name: str, command: str, db: str | None, remove: 
 def _claude_hook(text: str, name: str, event: str, matcher: str | None, command: str,
                  remove: bool) -> tuple[str, bool]:
     """One event's matcher group running the hook; groups of ours that differ (another path) taken out first."""
-    found, groups = _objects(text, name, ["hooks", event])
+    found, groups = walk(text, name, ["hooks", event])
     if len(found) < 2:
         groups = []
     elif not isinstance(groups, list):
-        raise ConfigError(f"{name}: hooks.{event} is not an array")
+        raise JsonEditError(f"{name}: hooks.{event} is not an array")
     group: dict[str, Any] = {"matcher": matcher} if matcher else {}
     group["hooks"] = [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]
     if not remove and group in groups:
@@ -221,7 +155,7 @@ def _claude_hook(text: str, name: str, event: str, matcher: str | None, command:
                     text = jsonedit.remove(text, ["hooks", event, index, "hooks"], position)
         changed = True
     if remove:
-        return (_prune(text, ["hooks", event]) if changed else text), changed
+        return (jsonedit.prune_empty(text, ["hooks", event]) if changed else text), changed
     text, _ = ensure_item(text, name, ["hooks", event], group)
     return text, True
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 _DELIMITER = re.compile(r"[\s,\]}]")
 _WHITESPACE = " \t\r\n"
+
+
+class JsonEditError(ValueError):
+    """The document holds a key of another type than the edit needs (``name``: the file, in the message)."""
 
 
 @attrs.define
@@ -191,3 +195,100 @@ def _find(root: Node, path: Sequence[str | int]) -> Node:
 def new_document(value: dict[str, Any]) -> str:
     """A file's text for ``value``: two-space indentation and a final newline."""
     return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
+
+
+# Members and items at a path, for config files: each takes the file's name for its messages.
+
+def _value(text: str, path: Sequence[str | int]) -> Any:
+    value = loads(text)[0]
+    for step in path:
+        value = value[step]
+    return value
+
+
+def walk(text: str, name: str, path: list[str]) -> tuple[list[str], Any]:
+    """(the part of ``path`` that exists, its value); JsonEditError when a step is not an object."""
+    value = loads(text)[0]
+    if not isinstance(value, dict):
+        raise JsonEditError(f"{name} does not hold a JSON object")
+    found: list[str] = []
+    for key in path:
+        if key not in value:
+            break
+        value = value[key]
+        found.append(key)
+        if not isinstance(value, dict) and len(found) < len(path):
+            raise JsonEditError(f"{name}: {'.'.join(found)} is not an object")
+    return found, value
+
+
+def _nest(keys: list[str], leaf: Any) -> Any:
+    for key in reversed(keys):
+        leaf = {key: leaf}
+    return leaf
+
+
+def ensure_member(text: str, name: str, path: list[str], key: str, value: dict[str, Any]) -> tuple[str, str | None]:
+    """``path.key`` holding ``value``'s keys (other keys of an existing entry kept); (text, "added"/"updated"/None)."""
+    found, node = walk(text, name, [*path, key])
+    if len(found) == len(path) + 1:
+        if not isinstance(node, dict):
+            raise JsonEditError(f"{name}: {'.'.join([*path, key])} is not an object")
+        if all(node.get(k) == v for k, v in value.items()):
+            return text, None
+        return replace(text, [*path, key], {**node, **value}), "updated"
+    if found != path:
+        nested = _nest([*path[len(found) + 1:], key], value)
+        return append(text, list(found), path[len(found)], nested), "added"
+    return append(text, list(path), key, value), "added"
+
+
+def ensure_item(text: str, name: str, path: list[str], item: Any) -> tuple[str, bool]:
+    """The array at ``path`` holding ``item`` (appended, the array made if need be); (text, whether it was added)."""
+    found, node = walk(text, name, path)
+    if len(found) == len(path):
+        if not isinstance(node, list):
+            raise JsonEditError(f"{name}: {'.'.join(path)} is not an array")
+        if item in node:
+            return text, False
+        return append(text, list(path), None, item), True
+    return append(text, list(found), path[len(found)], _nest(path[len(found) + 1:], [item])), True
+
+
+def drop_items(text: str, name: str, path: Sequence[str | int], ours: Callable[[Any], bool]) -> tuple[str, bool]:
+    """The array at ``path`` without the items ``ours`` picks (emptied containers removed); (text, any removed)."""
+    try:
+        node = _value(text, path)
+    except (KeyError, IndexError, TypeError):
+        return text, False
+    if not isinstance(node, list):
+        raise JsonEditError(f"{name}: {'.'.join(map(str, path))} is not an array")
+    removed = False
+    for index in reversed(range(len(node))):
+        if ours(node[index]):
+            text = remove(text, path, index)
+            removed = True
+    return (prune_empty(text, path) if removed else text), removed
+
+
+def drop_member(text: str, name: str, path: list[str], key: str) -> tuple[str, bool]:
+    """``path`` without ``key`` (emptied containers removed); (text, whether it was there)."""
+    try:
+        node = _value(text, path)
+    except (KeyError, TypeError):
+        return text, False
+    if not isinstance(node, dict) or key not in node:
+        return text, False
+    text = remove(text, path, list(node).index(key))
+    return prune_empty(text, path), True
+
+
+def prune_empty(text: str, path: Sequence[str | int]) -> str:
+    """Remove the containers along ``path`` that are now empty, deepest first (never the document itself)."""
+    while path and _value(text, path) in ({}, []):
+        parent, step = path[:-1], path[-1]
+        container = _value(text, parent)
+        index = list(container).index(step) if isinstance(step, str) else step
+        text = remove(text, parent, index)
+        path = parent
+    return text
