@@ -175,10 +175,10 @@ class Proxy:
             start, after = common, branch.last
         else:
             branch, start, after = None, 0, ""
-        taken, foreign = 0, False
+        taken = 0
         for _ in range(FORK_ATTEMPTS):
             if branch is None:
-                branch = conversation.branch(conversation.fork_name(ids, taken, foreign))
+                branch = conversation.branch(conversation.fork_name(ids, taken))
                 branch.ids, branch.last, start, after = [], "", 0, ""
             try:
                 last = await _stored(await self._send_ingest(adapter, request, branch, units, ids, start, after),
@@ -194,9 +194,8 @@ class Proxy:
                     branch.ids, branch.last, start, after = ids[:index + 1], newest, index + 1, newest
                     branch.forget_prompt()
                     continue
-                foreign = isinstance(newest, str) and split_part_id(newest) is None
-                log.info("session %s %s (newest %r): this conversation is stored as a branch of it",
-                         branch.session_id, "is another client's" if foreign else "moved on elsewhere", newest)
+                log.info("session %s holds another conversation (its newest message %r): this one is stored as a "
+                         "branch", branch.session_id, newest)
                 conversation.branches.remove(branch)
                 branch, taken = None, taken + 1
                 continue
