@@ -6,26 +6,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 
 from sidecar.client import SidecarClient
-from sidecar.config.sockets import socket_path
 from sidecar.pytest_plugin import llm_settings
 from sidecar.testing import FakeOpenAIServer, RecordedRequest, Reply
-from tests.helpers.hosts import WAIT, short_runtime
-
-
-@pytest.fixture
-def runtime() -> Iterator[Path]:
-    with short_runtime() as path:
-        yield path
+from tests.helpers.hosts import WAIT, sock_of, until
 
 
 class GatedModel:
@@ -46,13 +39,6 @@ def model() -> Iterator[GatedModel]:
     with gated.server:
         yield gated
         gated.gate.set()
-
-
-async def until(predicate: Any, what: str) -> None:
-    """Wait for something another process brings about."""
-    async with asyncio.timeout(WAIT):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 def messages(count: int) -> list[dict[str, Any]]:
@@ -97,9 +83,7 @@ async def test_a_client_killed_during_its_compaction_leaves_the_session_compacte
     assembled = await editor.assemble("s")
     assert assembled.items[0].kind == "summary"
     assert all(request.body is not None for request in model.server.chat_requests)
-    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
-        log = socket_path(str(tmp_path / "memory.duckdb")).with_suffix(".log")
-    text = log.read_text()
+    text = sock_of(runtime, tmp_path / "memory.duckdb").with_suffix(".log").read_text()
     assert "ERROR" not in text and "Traceback" not in text, text
 
 
@@ -133,11 +117,6 @@ async def test_a_client_killed_while_the_server_waits_on_its_hook_lets_the_compa
     await agent.close()
 
 
-def log_of(runtime: Path, db: Path) -> Path:
-    with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
-        return socket_path(str(db)).with_suffix(".log")
-
-
 async def test_each_client_finds_the_hosts_lines_of_its_connection_in_its_own_log_file(
         tmp_path: Path, runtime: Path) -> None:
     db = tmp_path / "memory.duckdb"
@@ -159,7 +138,7 @@ async def test_each_client_finds_the_hosts_lines_of_its_connection_in_its_own_lo
     assert "INFO sidecar.services.compaction.runner [host]: compaction of one (handoff, manual): " in mine
     assert "compaction of two" not in mine
     assert "[host]" not in logs[1].read_text()  # no -v: nothing at INFO for the second
-    await until(lambda: not log_of(runtime, db).with_suffix(".sock").exists(), "the host to leave")
+    await until(lambda: not sock_of(runtime, db).exists(), "the host to leave")
 
 
 async def test_a_host_that_exits_cleanly_leaves_nothing_in_the_runtime_directory(
@@ -168,7 +147,7 @@ async def test_a_host_that_exits_cleanly_leaves_nothing_in_the_runtime_directory
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
     async with await SidecarClient.spawn(settings={"storage": {"path": str(db)}}, env=env, timeout=WAIT) as client:
         await client.ingest("s", messages(2))
-        sock = log_of(runtime, db).with_suffix(".sock")
+        sock = sock_of(runtime, db)
         assert {path.suffix for path in sock.parent.iterdir()} == {".sock", ".lock", ".log"}
     await until(lambda: not any(sock.parent.iterdir()), "the host to tidy up")
     # And a new client starts a new host as before.
@@ -177,9 +156,24 @@ async def test_a_host_that_exits_cleanly_leaves_nothing_in_the_runtime_directory
 
 
 def test_help_says_where_the_host_logs() -> None:
-    import subprocess
-
     helped = subprocess.run([sys.executable, "-m", "sidecar", "--help"], capture_output=True, text=True,
                             timeout=WAIT).stdout
     assert "--log-file, marked [host]" in " ".join(helped.split())
     assert "<hash>.log beside its socket" in helped
+
+
+async def test_a_client_that_connects_changes_nothing_another_one_sees(tmp_path: Path, runtime: Path) -> None:
+    # Too few older messages for an automatic incremental leaf: the agent's usage says why nothing was compacted.
+    db = tmp_path / "memory.duckdb"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    settings = {"storage": {"path": str(db)}, "contextWindow": 4000,
+                "compaction": {"reserveTokens": 0, "freshTail": 4, "keepRecentTokens": 0}}
+    async with await SidecarClient.spawn(settings=settings, env=env, timeout=WAIT) as agent:
+        explained = agent.wait_for_notification(
+            "context/didChangeUsage", lambda usage: "replaced nothing" in (usage.hint or ""), timeout=WAIT)
+        await agent.ingest("s", [{"id": f"m{i}", "role": "user", "content": "word " * 320} for i in range(12)])
+        hint = (await explained).hint
+        async with await SidecarClient.spawn(settings={"storage": {"path": str(db)}}, env=env, timeout=WAIT) as editor:
+            await editor.change_settings({"storage": {"path": str(db)}, "compaction": {"freshTail": 2}})
+            await editor.sessions()
+            assert (await agent.usage("s")).hint == hint

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sidecar.config.settings import Settings
 from sidecar.engine.assembly import PruneStep
 from sidecar.services.prompt import Prompt
 from sidecar.services.runtime import MAX_BACKOFF, MAX_PROMPTS, Runtime
@@ -31,7 +32,7 @@ def test_forgetting_a_session_drops_its_object_and_only_it() -> None:
     assert runtime.of("a").cache_hits is None  # made again, empty
 
 
-def test_a_settings_change_keeps_prompts_and_cache_figures_and_resets_the_rest() -> None:
+def test_a_reopened_database_keeps_prompts_and_cache_figures_and_resets_the_rest() -> None:
     runtime = Runtime()
     state = runtime.of("s")
     runtime.keep_prompt("s", prompt("r1"))
@@ -50,6 +51,20 @@ def test_a_settings_change_keeps_prompts_and_cache_figures_and_resets_the_rest()
     assert (state.assembled, state.samples, state.recent_calls, state.prune_memo, state.backoff, state.idle_at) == \
         (None, [], {}, None, None, None)
     assert state.growth == (None, 0, None) and runtime.rendered.get(1, False) is None
+
+
+def test_a_settings_change_drops_only_the_judgments_made_under_the_old_settings() -> None:
+    runtime = Runtime()
+    mine, theirs = Settings(), Settings()
+    runtime.of("a").note_idle(12, "nothing to compact", mine)
+    runtime.of("b").back_off(0.0, mine)
+    runtime.of("c").note_idle(12, "nothing to compact", theirs)
+    runtime.of("a").calibration_sample(500.0, 600)
+    runtime.rendered.put(1, False, b"{}", "")
+    runtime.reconsider(mine)
+    assert runtime.of("a").idle_at is None and runtime.of("b").backoff is None
+    assert runtime.of("c").idle_at == (12, "nothing to compact")
+    assert runtime.of("a").samples and runtime.rendered.get(1, False) is not None
 
 
 def test_prompts_are_kept_for_the_most_recently_assembled_sessions() -> None:

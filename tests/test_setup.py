@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sidecar.agents.config import is_our_hook
+from sidecar.agents.config import CODEX_ENV_VARS, is_our_hook
 
 COMMAND = str(Path(sys.executable).parent / "context-sidecar")
 HOOK = f"{COMMAND} hook claude-code"
@@ -182,6 +182,23 @@ def test_an_older_install_is_updated_and_what_the_user_added_kept(home):
     assert [group["hooks"][0]["command"] for group in hooks["PostCompact"]] == [HOOK], "the old one replaced"
     codex = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["context-sidecar"]
     assert codex["command"] == COMMAND and codex["startup_timeout_sec"] == 20 and codex["required"] is True
+    assert "XDG_DATA_HOME" in codex["env_vars"]
+
+
+def test_names_the_user_passes_to_the_codex_server_are_kept_and_ours_added(home):
+    mine = ('[mcp_servers.context-sidecar]\ncommand = "/old/bin/context-sidecar"\n'
+            'env_vars = ["OPENAI_API_KEY", { name = "XDG_DATA_HOME", source = "local" }]\n')
+    (home / ".codex" / "config.toml").write_text(CODEX_TOML + "\n" + mine)
+    assert setup(home, "codex").code == 0
+    once = snapshot(home)
+    passed = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["context-sidecar"]["env_vars"]
+    assert passed[:2] == ["OPENAI_API_KEY", {"name": "XDG_DATA_HOME", "source": "local"}]
+    assert passed[2:] == [name for name in CODEX_ENV_VARS if name != "XDG_DATA_HOME"], "each name once"
+    again = setup(home, "codex")
+    assert again.code == 0 and "already set up" in again.out and snapshot(home) == once
+    (home / ".codex" / "config.toml").write_text('[mcp_servers.context-sidecar]\nenv_vars = "HOME"\n')
+    wrong = setup(home, "codex")
+    assert wrong.code == 1 and "env_vars is not an array" in wrong.err and "nothing was changed" in wrong.err
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])

@@ -24,7 +24,7 @@ from sidecar import __version__
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.framing import FrameReader
 from sidecar.rpc import handshake
-from tests.helpers.hosts import WAIT, host_hello, host_pid, sock_of
+from tests.helpers.hosts import WAIT, host_hello, host_pid, sock_of, until
 
 CLI = [sys.executable, "-m", "sidecar"]
 
@@ -54,13 +54,6 @@ async def clients(db: Path, runtime: Path, count: int) -> AsyncIterator[list[Sid
 
 def message(msg_id: str, text: str = "hello") -> dict[str, Any]:
     return {"id": msg_id, "role": "user", "content": text}
-
-
-async def until(predicate: Any, what: str) -> None:
-    """Wait for a condition that another process brings about."""
-    async with asyncio.timeout(WAIT):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 async def test_two_clients_share_one_database_through_one_host(tmp_path: Path, runtime: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from sidecar.agents import jsonedit, locations
 from sidecar.agents.jsonedit import JsonEditError, drop_items, drop_member, ensure_item, ensure_member, walk
 from sidecar.agents.locations import ENV_NAMES
-from sidecar.agents.tomledit import remove_table, set_table
+from sidecar.agents.tomledit import TomlEditError, loads, remove_table, set_table
 
 SERVER = "context-sidecar"
 TOOLS_PERMISSION = f"mcp__{SERVER}"
@@ -29,10 +29,11 @@ HOOK_EVENTS = (("PreCompact", None), ("SessionStart", "compact"), ("PostCompact"
 HOOK_TIMEOUT = 30
 """Seconds Claude Code lets the hook run (the hook gives up after 20)."""
 CODEX_TABLE = ("mcp_servers", SERVER)
-CODEX_ENV_VARS = ["XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", *(name for name in ENV_NAMES if name != "HOME")]
-"""Passed on to the server when Codex has them (``env_vars``): Codex starts an MCP server with a few variables
-only (HOME, PATH, …), and these decide the database, its host's socket and the log the server uses, and where the
-agents keep their transcripts. Without them the server would miss the host an editor or Claude Code started."""
+CODEX_ENV_VARS = ("XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", *(name for name in ENV_NAMES if name != "HOME"))
+"""Passed on to the server by name when Codex has them (``env_vars``): Codex 0.169 starts an MCP server with HOME,
+PATH, LANG, SHELL and TERM only, and these decide the database, its host's socket and the log the server uses, and
+where the agents keep their transcripts. Without them the server would miss the host an editor or Claude Code
+started. Unset ones stay unset."""
 
 
 def claude_files(env: Mapping[str, str], project: Path | None) -> tuple[Path, Path]:
@@ -169,10 +170,23 @@ def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple
         new = remove_table(text, CODEX_TABLE)
         return new, [f"removed [mcp_servers.{SERVER}]"] if new != text else []
     values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve",
-              "env_vars": CODEX_ENV_VARS}
+              "env_vars": _codex_env_vars(text)}
     new = set_table(text, CODEX_TABLE, values)
     if new == text:
         return text, []
     verb = "updated" if f"[mcp_servers.{SERVER}]" in text else "added"
     return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, required, "
                  "its tools approved, its variables passed on)"]
+
+
+def _codex_env_vars(text: str) -> list[Any]:
+    """The server's ``env_vars``: those already there (a user's own kept, in their order), then ours missing."""
+    servers = loads(text).get(CODEX_TABLE[0])
+    server = servers.get(SERVER) if isinstance(servers, dict) else None
+    existing = server.get("env_vars", []) if isinstance(server, dict) else []  # set_table names a wrong type
+    if not isinstance(existing, list):
+        raise TomlEditError(f"mcp_servers.{SERVER}.env_vars is not an array")
+    # An entry is a name, or a table naming one ({name = "X", source = "local"}).
+    named = {entry if isinstance(entry, str) else entry.get("name") for entry in existing
+             if isinstance(entry, (str, dict))}
+    return [*existing, *(name for name in CODEX_ENV_VARS if name not in named)]

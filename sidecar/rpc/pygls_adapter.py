@@ -105,8 +105,6 @@ class SidecarProtocol(LanguageServerProtocol):
         result.capabilities.experimental = {methods.EXPERIMENTAL_KEY: self._server.capabilities()}
         return result
 
-
-
     def serves(self, method: str) -> bool:
         """Whether a handler is registered for ``method``."""
         return method in self.fm.features

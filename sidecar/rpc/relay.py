@@ -114,13 +114,20 @@ def attach(db: str, memory_limit: str, log_args: list[str], log_to: dict[str, An
     sock = connect(path, log_to)
     if sock is not None:
         return sock
-    with _start_lock(lock_path(path)):
+    lock = lock_path(path)
+    with _start_lock(lock):
         sock = connect(path, log_to)  # whoever held the lock may have started one
         if sock is not None:
             return sock
         if starting is not None:
             starting()
-        start_host(db, path, memory_limit, log_args)
+        try:
+            start_host(db, path, memory_limit, log_args)
+        except HostFailed:
+            # Unlinked while locked, as a host that exits does: a relay waiting for the lock opens the file anew.
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            raise
         sock = connect(path, log_to)
     if sock is None:
         raise Refused(f"the host started for {database_key(db)} does not listen on {path}")
@@ -166,6 +173,9 @@ def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> N
     if not ready:
         process.kill()
     process.wait()
+    with contextlib.suppress(OSError):
+        if log_file.stat().st_size == 0:
+            log_file.unlink()  # made for a host that never ran; an earlier host's lines stay
     raise HostFailed(line.removeprefix("error ").strip() or f"the host exited (see {path.with_suffix('.log')})")
 
 

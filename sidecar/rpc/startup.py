@@ -20,7 +20,7 @@ import attrs
 from protocol import methods
 from sidecar import __version__
 from sidecar.config.paths import default_storage_path, workspace_path
-from sidecar.config.settings import read_settings, summarizer_name
+from sidecar.config.settings import Settings, read_settings, summarizer_name
 from sidecar.framing import Frame, FrameReader, encode
 
 FIRST_MESSAGE_WAIT = 0.5
@@ -94,11 +94,18 @@ def _preload() -> None:
         importlib.import_module(module)
 
 
-def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[str, Any]:
-    """The initialize result the server gives for these params (its adoption checks that it agrees)."""
+def _settings_and_storage(params: dict[str, Any], storage_path: str | None) -> tuple[Settings, str]:
+    """The settings an initialize's params give, and the database it names (``--db`` first), as the server reads
+    them."""
     settings, _ = read_settings(params.get("initializationOptions"))
     folders = params.get("workspaceFolders") or []
     root = workspace_path(params.get("rootUri"), folders[0]["uri"] if folders else None, params.get("rootPath"))
+    return settings, storage_path or settings.storage.path or default_storage_path(root)
+
+
+def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[str, Any]:
+    """The initialize result the server gives for these params (its adoption checks that it agrees)."""
+    settings, storage = _settings_and_storage(params, storage_path)
     general = params["capabilities"].get("general") or {}
     encoding = next((e for e in general.get("positionEncodings") or () if e in _ENCODINGS), "utf-16")
     return {
@@ -108,8 +115,7 @@ def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[
             "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True},
                           "fileOperations": {}},
             "experimental": {methods.EXPERIMENTAL_KEY: sidecar_capabilities(
-                list(methods.REQUESTS), summarizer_name(settings),
-                storage_path or settings.storage.path or default_storage_path(root))},
+                list(methods.REQUESTS), summarizer_name(settings), storage)},
         },
         "serverInfo": {"name": methods.SERVER_NAME, "version": __version__},
     }
@@ -126,11 +132,7 @@ def storage_of(message: Any, storage_path: str | None) -> tuple[str, str, bool] 
     if not _plain_initialize(message):
         return None
     try:
-        params = message["params"]
-        settings, _ = read_settings(params.get("initializationOptions"))
-        folders = params.get("workspaceFolders") or []
-        root = workspace_path(params.get("rootUri"), folders[0]["uri"] if folders else None, params.get("rootPath"))
-        path = storage_path or settings.storage.path or default_storage_path(root)
+        settings, path = _settings_and_storage(message["params"], storage_path)
     except Exception:  # the server answers what is wrong with it
         return None
     return path, settings.storage.memory_limit, settings.storage.share

@@ -84,7 +84,8 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                                f"{last!r}, not {params.after or None!r}; nothing was stored", {"lastId": last})
     if sidecar.workspace is not None and (existing is None or existing.workspace is None):
         info["workspace"] = sidecar.workspace
-    names = _tool_names(params.messages)
+    calls = _tool_names(params.messages)
+    names = dict(calls)
     state = sidecar.runtime.of(params.session_id)
     recent = state.recent_calls
     pending = [m["tool_call_id"] for m in params.messages if m["role"] == "tool" and m["tool_call_id"] not in names]
@@ -104,7 +105,7 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                                  f"messages[{index}]")
     rule = sidecar.prune_rule()
     prunable = [is_prunable_output(row.role, row.tokens, row.tool_name, rule) for row in rows]
-    warnings = _unanswered_results(params.messages, names.keys() - _tool_names(params.messages).keys())
+    warnings = _unanswered_results(params.messages, names.keys() - calls.keys())
     for warning in warnings:
         log.warning("ingest into %s: %s", params.session_id, warning)
     originals = [message.get("original") for message in params.messages]
@@ -117,7 +118,7 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
         for offset, (message_id, row) in enumerate(zip(ids, rows, strict=True)):
             sidecar.runtime.rendered.put_new(first + offset, message_id, row.raw)
     # Results usually follow their calls by one ingest: remembering the calls spares a query per result.
-    state.remember_calls(_tool_names(params.messages))
+    state.remember_calls(calls)
     return IngestResult(ids=ids, duplicates=duplicates, usage=sidecar.usage(session), warnings=warnings or None)
 
 

@@ -47,6 +47,8 @@ class SessionRuntime:
     """After a failed auto-compaction: (not before this monotonic time, the next delay)."""
     idle_at: tuple[int, str] | None = None
     """Context size at which auto-compaction last found nothing to do, and why."""
+    judged_under: Any = None
+    """The settings of the connection whose automatic compaction set ``backoff`` or ``idle_at`` last."""
     compacting: bool = False
 
     def note_assembled(self, revision: int, uncalibrated_tokens: float) -> None:
@@ -114,27 +116,29 @@ class SessionRuntime:
         """Whether a failed automatic compaction still holds the next one back at monotonic time ``now``."""
         return self.backoff is not None and now < self.backoff[0]
 
-    def back_off(self, now: float) -> float:
-        """An automatic compaction failed: wait twice as long as last time (up to MAX_BACKOFF); returns the wait."""
+    def back_off(self, now: float, settings: Any = None) -> float:
+        """An automatic compaction under ``settings`` failed: wait twice as long as last time (up to MAX_BACKOFF);
+        returns the wait."""
         delay = min((self.backoff[1] if self.backoff is not None else FIRST_BACKOFF / 2) * 2, MAX_BACKOFF)
-        self.backoff = (now + delay, delay)
+        self.backoff, self.judged_under = (now + delay, delay), settings
         return delay
 
     def clear_backoff(self) -> None:
         """An automatic compaction succeeded: the next is not held back."""
         self.backoff = None
 
-    def note_idle(self, context_count: int, reason: str) -> None:
-        """An automatic compaction found nothing to do: the next waits for more context, and usage says why."""
-        self.idle_at = (context_count, reason)
+    def note_idle(self, context_count: int, reason: str, settings: Any = None) -> None:
+        """An automatic compaction under ``settings`` found nothing to do: the next waits for more context, and usage
+        says why."""
+        self.idle_at, self.judged_under = (context_count, reason), settings
 
     def note_compacted(self) -> None:
         """A compaction replaced history: automatic compaction no longer waits."""
         self.idle_at = None
 
     def reset(self) -> None:
-        """Forget what was judged under other settings or another database; the prompt and cache figures stay."""
-        self.assembled = self.prune_memo = self.backoff = self.idle_at = None
+        """Forget what was judged on the database before it was opened again; the prompt and cache figures stay."""
+        self.assembled = self.prune_memo = self.backoff = self.idle_at = self.judged_under = None
         self.samples = []
         self.recent_calls = {}
         self.growth = (None, 0, None)
@@ -179,7 +183,8 @@ class Runtime:
             self.sessions[oldest].prompt = None
 
     def forget(self, session_id: str | None = None) -> None:
-        """Drop a deleted session's runtime; with None, reset every session's (settings changed) and the renderings."""
+        """Drop a deleted session's runtime; with None, reset every session's and the renderings (the database was
+        opened again)."""
         if session_id is not None:
             self.sessions.pop(session_id, None)
             self._prompted.pop(session_id, None)
@@ -187,3 +192,10 @@ class Runtime:
         self.rendered.clear()
         for state in self.sessions.values():
             state.reset()
+
+    def reconsider(self, settings: Any) -> None:
+        """A connection's settings changed from ``settings``: the back-offs and idle marks its automatic compactions
+        judged under them no longer hold; what other connections judged, and every measured figure, stay."""
+        for state in self.sessions.values():
+            if state.judged_under is settings:
+                state.backoff = state.idle_at = state.judged_under = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -9,7 +10,7 @@ import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -51,3 +52,10 @@ def sock_of(runtime: Path, db: Path) -> Path:
     """The socket of ``db``'s host under the runtime directory ``runtime``."""
     with patch.dict(os.environ, {"XDG_RUNTIME_DIR": str(runtime)}):
         return socket_path(str(db))
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Wait for ``what``, a condition another process brings about (a host leaving, a request reaching a fake)."""
+    async with asyncio.timeout(WAIT):
+        while not predicate():
+            await asyncio.sleep(0.02)

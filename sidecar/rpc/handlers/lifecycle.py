@@ -92,8 +92,8 @@ def apply_settings(ls: SidecarServer, data: Any) -> None:
     settings, problems = read_settings(data)
     if ls.sidecar.storage_path and settings.storage.path not in (None, ls.sidecar.storage_path):
         problems.append("storage.path: a new path takes effect when the sidecar restarts")
-    ls.sidecar.settings = settings
-    ls.sidecar.runtime.forget()  # back-offs and idle marks were judged under the old settings
+    previous, ls.sidecar.settings = ls.sidecar.settings, settings
+    ls.sidecar.runtime.reconsider(previous)  # back-offs and idle marks it judged; other connections' stay
     if problems:
         text = "context-sidecar settings: " + "; ".join(problems)
         log.warning("%s", text)

@@ -165,7 +165,7 @@ class CompactionRunner:
                 if outcome.compacted:
                     begun.state.note_compacted()
                 elif trigger == "auto":  # usage tells why until the context has grown enough to try again
-                    begun.state.note_idle(session.context_count, outcome.reason or "")
+                    begun.state.note_idle(session.context_count, outcome.reason or "", self.sidecar.settings)
             except SummarizerError as error:
                 raise SidecarError(codes.SUMMARIZER_FAILED, f"summarizer failed: {error}", error.data) from error
             except StorageFailure as error:
@@ -364,7 +364,7 @@ class CompactionRunner:
         begun.state.clear_backoff()
 
     def _auto_failed(self, session_id: str, error: Exception) -> None:
-        delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic())
+        delay = self.sidecar.runtime.of(session_id).back_off(time.monotonic(), self.sidecar.settings)
         message = error.message if isinstance(error, SidecarError) else repr(error)
         log.warning("auto-compaction of %s failed, history kept; next try in %.0f s: %s", session_id, delay, message)
         self._push_usage(session_id)
