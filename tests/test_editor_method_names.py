@@ -12,6 +12,7 @@ from protocol import errors, methods
 EDITORS = Path(__file__).resolve().parent.parent / "editors"
 TS_PROTOCOL = EDITORS / "vscode" / "src" / "protocol.ts"
 LUA_PROTOCOL = EDITORS / "neovim" / "lua" / "context_sidecar" / "protocol.lua"
+PI_PROTOCOL = EDITORS / "pi" / "src" / "protocol.ts"
 
 
 def python_constants(module: object, kind: type) -> dict[str, object]:
@@ -46,6 +47,15 @@ def test_plugin_constants_match_protocol(path: Path, methods_opening: str, error
     text = path.read_text(encoding="utf-8")
     assert entries(block(text, methods_opening)) == python_constants(methods, str)
     assert entries(block(text, errors_opening)) == python_constants(errors, int)
+
+
+def test_the_pi_extension_spells_the_names_it_uses_as_protocol_does() -> None:
+    text = PI_PROTOCOL.read_text(encoding="utf-8")
+    used, codes = entries(block(text, "export const Methods =")), entries(block(text, "export const ErrorCodes ="))
+    assert used and used.items() <= python_constants(methods, str).items()
+    assert codes and codes.items() <= python_constants(errors, int).items()
+    assert f"PROTOCOL_VERSION = {methods.PROTOCOL_VERSION};" in text
+    assert f"EXPERIMENTAL_KEY = '{methods.EXPERIMENTAL_KEY}';" in text
 
 
 def test_every_request_is_known_to_the_plugins() -> None:

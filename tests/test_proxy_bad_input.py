@@ -131,3 +131,26 @@ async def test_an_edited_history_is_stored_as_a_new_branch_and_the_old_one_kept(
     assert "<<original ask>>" not in forwarded[3] and "<<edited ask>>" not in forwarded[3]
     assert len(original.matches) == 1  # the old branch is still there, untouched
     assert sum(len(f.matches) for f in found) == 1
+
+
+async def test_a_session_another_client_imported_is_never_written_into_and_a_restart_finds_its_branch(
+        tmp_path: Path) -> None:
+    opening = [user("<<opening>> fix the parser"), {"role": "assistant", "content": "Reading it."}]
+    async with reader(tmp_path / "proxy.duckdb") as sidecar:  # the agent's transcript, as a watcher imported it
+        await sidecar.ingest("imported", [{**message, "id": f"cc-{index}"} for index, message in enumerate(opening)],
+                             session={"metadata": {"agent": "Claude Code 2.1.197"}})
+    history = list(opening)
+    with FakeProvider(responder=lambda request: "done") as fake:
+        for run in range(2):  # the second proxy knows nothing of the first: it finds the branch again
+            async with running_proxy(tmp_path, fake.url) as proxy:
+                client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+                history.append(user(f"<<run {run}>> go on"))
+                reply = await client.messages.create(model="m", max_tokens=5, messages=history,
+                                                     extra_headers={"x-context-sidecar-session": "imported"})
+                history.append({"role": "assistant", "content": reply.content[0].text})  # type: ignore[union-attr]
+        async with reader(tmp_path / "proxy.duckdb") as sidecar:
+            sessions = {s.session_id: s.messages for s in (await sidecar.sessions()).sessions}
+            found = await sidecar.grep("imported", "<<run", scope="messages")
+    branches = [name for name in sessions if name.startswith("imported~")]
+    assert sessions["imported"] == 2 and found.matches == []  # never written into
+    assert len(branches) == 1 and sessions[branches[0]] == len(history)  # the whole conversation, once

@@ -391,6 +391,30 @@ async def test_a_session_the_proxy_writes_is_not_imported_again(client: SidecarC
     assert skipped.state == "skipped" and skipped.problem and "proxy" in skipped.problem
 
 
+async def test_a_transcript_imported_first_is_not_followed_once_the_proxy_writes_a_branch_of_it(
+        client: SidecarClient, agents: Agents) -> None:
+    writer = agents.claude("cc-first")
+    writer.turn(0)
+    await client.follow(workspace=str(agents.workspace))
+    imported = usage_of(client, "cc-first")
+    await client.watch(str(agents.workspace), env=agents.env)
+    before = (await imported).messages
+    # The proxy found the session imported, and stores the conversation as a branch of it (core.Proxy._resync).
+    await client.ingest("cc-first~0a1b2c3d", [{"id": "px-1", "role": "user", "content": "through the proxy"}],
+                        session={"metadata": {"proxy": "anthropic", "agentSession": "cc-first"}})
+    writer.turn(1)
+    other = agents.claude("cc-other")
+    other.user("not through the proxy")
+    later = os.stat(other.path).st_mtime + 60
+    os.utime(writer.path, (later, later))  # the newest: looked at first, before the other one is imported
+    direct = usage_of(client, "cc-other")
+    await direct
+    watched = await client.watch(str(agents.workspace), env=agents.env)
+    assert (await client.usage("cc-first")).messages == before  # what was imported stays, no more comes
+    skipped = next(t for t in watched.transcripts if Path(t.path).name == "cc-first.jsonl")
+    assert skipped.state == "skipped" and skipped.problem and "cc-first~0a1b2c3d" in skipped.problem
+
+
 async def test_a_session_deleted_while_followed_is_stored_again_whole_at_its_next_line(
         client: SidecarClient, agents: Agents) -> None:
     writer = agents.claude("cc-deleted")

@@ -45,7 +45,7 @@ async def test_grep_reads_every_session_of_the_workspace_current_first_and_no_ot
     # A session of another workspace is never read, even when the client names it.
     assert "no matches in the 2 sessions of this workspace" in other and "WOMBAT" not in other
     assert unstored.startswith("The current session (brand-new) has nothing stored yet")
-    assert "1 matches in 1 of the 2 sessions" in limited and "more exist" in limited
+    assert "1 match in 1 of the 2 sessions" in limited and "more exist" in limited
 
 
 async def test_ids_resolve_across_the_workspace_and_a_repeated_message_id_prefers_the_current_session(

@@ -40,9 +40,6 @@ class HostLink:
     def __init__(self, command: list[str], db: str | None, settings: dict[str, Any] | None,
                  stderr: str | None) -> None:
         self.command, self.db, self.settings, self.stderr = command, db, settings, stderr
-        self.attach_started: float | None = None
-        self.attached_at: float | None = None
-        """Monotonic times, for the log and the bench."""
         self._client: SidecarClient | None = None
         self._attaching: asyncio.Task[SidecarClient] | None = None
         self._workspace: str | None = None
@@ -52,19 +49,17 @@ class HostLink:
     def start(self) -> None:
         """Begin attaching in the background."""
         if self._attaching is None or self._attaching.done():
-            self.attach_started = time.monotonic()
             self._attaching = asyncio.get_running_loop().create_task(self._attach())
             self._attaching.add_done_callback(_retrieve)
 
     async def _attach(self) -> SidecarClient:
+        started = time.monotonic()
         module = await asyncio.to_thread(importlib.import_module, "sidecar.client")  # ~30 ms: off the loop
         client: SidecarClient = await module.SidecarClient.spawn(
             command=self.command, db=self.db, settings=self.settings, stderr=self.stderr, timeout=CALL_DEADLINE)
         self._client = client
-        self.attached_at = time.monotonic()
         log.info("attached to the host of %s in %.0f ms (pid %s)", client.capabilities.get("storage", "?"),
-                 1000 * (self.attached_at - (self.attach_started or self.attached_at)),
-                 client.process.pid if client.process else "?")
+                 1000 * (time.monotonic() - started), client.process.pid if client.process else "?")
         self._watched = None
         await self._watch()
         return client

@@ -22,6 +22,8 @@ ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 OPENAI_UPSTREAM = "https://api.openai.com/v1"
 SESSION_HEADERS = ("x-context-sidecar-session", "x-claude-code-session-id", "session-id")
 """The agent's own session id: ours first, then Claude Code's, then Codex's."""
+AGENT_HEADERS = SESSION_HEADERS[1:]
+"""Under these, a request without tools is an agent's side call (a title, a topic), forwarded as it is."""
 JSON = [("content-type", "application/json")]
 SERVER_NAME = "context-sidecar proxy"
 
@@ -73,8 +75,13 @@ class App:
     async def prepare(self, adapter: Adapter, request: HttpRequest) -> Prepared:
         """Read the body and let the core store and assemble it, the agent's conversation locked meanwhile."""
         parsed, seen = self.proxy.reader.read(adapter, request.body)
-        header = next((value for name in SESSION_HEADERS if (value := request.header(name))), None)
+        name, header = next(((name, value) for name in SESSION_HEADERS if (value := request.header(name))),
+                            (None, None))
         conversation = self.proxy.conversations.get(header or self.proxy.session_of(adapter, parsed, seen))
+        if name in AGENT_HEADERS and not parsed.values.get("tools"):
+            # Claude Code's title and topic calls carry its session id but no tools: not the agent's conversation.
+            self.proxy.stats.side(conversation.session_id)
+            return Prepared(request.body, conversation, None, parsed.stream)
         async with conversation.lock:
             if request.path.endswith("/count_tokens"):
                 return await self.proxy.count(adapter, parsed, seen, conversation)

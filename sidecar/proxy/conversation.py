@@ -109,11 +109,14 @@ class Conversation:
         return branch
 
     def fork_name(self, ids: Sequence[str], taken: int = 0) -> str:
-        """A session id for a new branch: the agent's session's for the first, else named after its last unit."""
-        if not self.branches and not taken:
-            return self.session_id
-        suffix = ids[-1][3:11] if ids else "empty"
-        return f"{self.session_id}~{suffix}" + (f"-{taken}" if taken > 1 else "")
+        """The ``taken``-th session id to store a path as, unused by the branches known here: the agent's own, then
+        one named after the conversation's opening (where an edited conversation, or one whose agent session holds
+        another, is found again after a restart), then ones named after its last unit."""
+        known = {branch.session_id for branch in self.branches}
+        opening = f"{self.session_id}~{ids[0][3:11]}" if ids else f"{self.session_id}~empty"
+        last = f"{self.session_id}~{ids[-1][3:11]}" if ids else opening
+        names = [self.session_id, opening, last, *(f"{last}-{number}" for number in range(2, taken + 3))]
+        return [name for name in dict.fromkeys(names) if name not in known][taken]
 
 
 class Conversations:

@@ -194,8 +194,8 @@ class Proxy:
                     branch.ids, branch.last, start, after = ids[:index + 1], newest, index + 1, newest
                     branch.forget_prompt()
                     continue
-                log.info("session %s moved on elsewhere (newest %r): this conversation branches off",
-                         branch.session_id, newest)
+                log.info("session %s holds another conversation (its newest message %r): this one is stored as a "
+                         "branch", branch.session_id, newest)
                 conversation.branches.remove(branch)
                 branch, taken = None, taken + 1
                 continue

@@ -24,7 +24,9 @@ class SessionStats:
     model: str | None = None
     requests: int = 0
     unmanaged: int = 0
-    """Requests forwarded as the agent sent them (the host failed them)."""
+    """Requests forwarded as the agent sent them (the host failed them, or the API keeps the conversation)."""
+    side: int = 0
+    """The agent's side calls (no tools: Claude Code's titles, topics), forwarded as they are, not stored."""
     agent_tokens: int = 0
     """Estimated tokens of the bodies the agent sent."""
     forwarded_tokens: int = 0
@@ -49,7 +51,7 @@ class SessionStats:
         """The figures as /stats shows them (camelCase)."""
         return {
             "sessionId": self.session_id, "agentSession": self.agent_session, "provider": self.provider,
-            "model": self.model, "requests": self.requests, "unmanaged": self.unmanaged,
+            "model": self.model, "requests": self.requests, "unmanaged": self.unmanaged, "sideRequests": self.side,
             "agentTokens": self.agent_tokens, "forwardedTokens": self.forwarded_tokens,
             "forwardedShare": round(self.forwarded_tokens / self.agent_tokens, 4) if self.agent_tokens else None,
             "inputTokens": self.input_tokens, "cacheReadTokens": self.cache_read_tokens,
@@ -90,6 +92,12 @@ class Stats:
         entry.unmanaged += 1
         entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
         entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        entry.last_request = time.time()
+
+    def side(self, agent_session: str) -> None:
+        """An agent's side call forwarded as it is (not counted in ``requests``)."""
+        entry = self._session(agent_session, agent_session)
+        entry.side += 1
         entry.last_request = time.time()
 
     def usage(self, session_id: str, recorded: Recorded) -> None:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -20,6 +20,9 @@ from sidecar.agents.follow import Follower, NothingYet, nothing_yet
 from sidecar.services import context, transcripts
 from sidecar.services.errors import SidecarError
 from sidecar.services.state import Sidecar
+
+if TYPE_CHECKING:
+    from sidecar.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,8 @@ class TailImporter:
 
     async def run(self, tail: Tail, path: Path, session: str | None, fmt: str) -> ImportResult:
         """Read the file in a thread and store what changed; tell the connections following its session."""
+        if tail.skipped is not None:
+            raise NothingYet(tail.skipped)  # a proxy writes this conversation: the file is not read again
         params = ImportParams(path=str(path), session_id=session, format=fmt, follow=True)
         if session is not None and tail.imported and self.sidecar.store().session(session) is None:
             tail.known, tail.resume = None, None  # deleted meanwhile (memory/deleteSession): stored again whole
@@ -112,13 +117,23 @@ class TailImporter:
         tail.resume = read.resume
         sidecar = self.sidecar
         sidecar.workspace = tail.workspace
+        proxied = proxy_session(sidecar.store(), read.session_id)
+        if proxied is not None:
+            # The proxy stores this conversation as it passes, with ids of its own: under the agent's session id, or
+            # as a branch of it when this file was imported first. What was imported stays; no more is.
+            log.info("%s is not followed any more: context-sidecar proxy writes its conversation (session %s)",
+                     path, proxied)
+            tail.skipped = f"context-sidecar proxy writes this conversation (session {proxied}); not imported"
+            raise NothingYet(tail.skipped)
         existing = sidecar.store().session(read.session_id)
-        if existing is not None and (existing.metadata or {}).get("proxy"):
-            # The proxy stores this conversation as it passes, under the agent's session id, with ids of its own.
+        if existing is not None and (existing.metadata or {}).get("piSessionId"):
+            # The pi extension stores this conversation as it goes, a branch rewound with /tree as a session of its
+            # own: an import of the file would append the branch pi is on now to the line it left.
             if tail.skipped is None:
-                log.info("%s is not imported: its session %s is written by context-sidecar proxy", path,
-                         read.session_id)
-            tail.skipped = f"session {read.session_id} is written by context-sidecar proxy; not imported again"
+                log.info("%s is not followed: the context-sidecar pi extension writes its conversation (session %s)",
+                         path, read.session_id)
+            tail.skipped = f"the context-sidecar pi extension writes this conversation (session {read.session_id}); " \
+                "not imported"
             raise NothingYet(tail.skipped)
         stored = transcripts.store(sidecar, read, tail.known)
         first = not tail.imported
@@ -223,3 +238,13 @@ class _Peer:
 
     def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(work)
+
+
+def proxy_session(store: Storage, session_id: str) -> str | None:
+    """The session context-sidecar proxy writes an agent's conversation to: the agent's own session id, or a branch
+    of it (``<id>~…``, made when the proxy found the session imported from the transcript first); None when none."""
+    for candidate in (session_id, *store.session_ids(session_id + "~")):
+        found = store.session(candidate)
+        if found is not None and (found.metadata or {}).get("proxy"):
+            return candidate
+    return None

@@ -1,7 +1,8 @@
 """memory/watch: the host follows a workspace's agent transcripts for as long as a connection asks.
 
 One follower per file however many connections watch it (each file counts the watches that include it, each watch
-the connections that asked); a connection that ends stops its watches. Each file is read in a thread (parsing a
+the connections that asked); a connection that ends stops its watches, a few seconds later (an agent writes its
+last lines as it stops the MCP server that watched). Each file is read in a thread (parsing a
 multi-MB transcript takes the interpreter for a while, and the host's other clients wait for nothing but the
 interpreter's turns) and stored on the event loop, where every use of the store is (``tails.py``). New files are
 found by listing the agents' directories again; changed files are imported newest change first.
@@ -38,6 +39,9 @@ TICK_BUDGET = 0.5
 """Seconds of imports per look before the next one: a backlog of earlier sessions does not hold up live ones."""
 MAX_DIRECTORIES = 32
 """Directories one watch may name."""
+LINGER_SECONDS = 3.0
+"""How long a watch goes on after its last connection ended: an agent writes its last lines as it stops the MCP
+server that asked for the watch (Claude Code 2.1 about 0.15 s after), and those lines are to be stored now."""
 
 
 @attrs.define(eq=False)
@@ -49,6 +53,8 @@ class Watch:
     owners: set[object] = attrs.field(factory=set)
     files: dict[Path, str] = attrs.field(factory=dict)
     next_scan: float = 0.0
+    ends_at: float | None = None
+    """When the last connection left: the time it ends (LINGER_SECONDS later) unless another one asks."""
 
 
 class WatchService:
@@ -96,6 +102,7 @@ class WatchService:
             await self._scan(watch)
             log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
         watch.owners.add(owner)
+        watch.ends_at = None
         self.by_owner.setdefault(owner, {})[workspace] = key
         self._start()
         return self.result(watch)
@@ -169,8 +176,10 @@ class WatchService:
         if watch is None:
             return
         watch.owners.discard(owner)
-        if watch.owners:
-            return
+        if not watch.owners:
+            watch.ends_at = time.monotonic() + LINGER_SECONDS
+
+    def _end(self, watch: Watch) -> None:
         del self.watches[watch.key]
         for path in watch.files:
             self._untail(path, watch.key)
@@ -197,7 +206,9 @@ class WatchService:
             self._wake.clear()
             now = time.monotonic()
             for watch in list(self.watches.values()):
-                if now >= watch.next_scan:
+                if watch.ends_at is not None and now >= watch.ends_at:
+                    self._end(watch)
+                elif now >= watch.next_scan:
                     await self._scan(watch)
             await self._follow()
             self._looked.set()

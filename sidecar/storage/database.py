@@ -252,6 +252,12 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         found = [self._sessions[row[0]] for row in rows]
         return sorted(found, key=lambda session: session.updated_at, reverse=True)
 
+    def session_ids(self, prefix: str) -> list[str]:
+        """The ids of the sessions whose id starts with ``prefix``."""
+        rows = self._db.execute("SELECT session_id FROM sessions WHERE starts_with(session_id, ?) ORDER BY session_id",
+                                [prefix]).fetchall()
+        return [row[0] for row in rows]
+
     def delete_session(self, session_id: str) -> bool:
         """Remove every row of the session; whether it existed."""
         if self.session(session_id) is None:

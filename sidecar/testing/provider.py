@@ -15,14 +15,13 @@ import argparse
 import collections
 import contextlib
 import json
-import signal
 import socket
 import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Self
 
@@ -31,6 +30,7 @@ import sidecar.testing.openai_wire as openai_wire
 from sidecar.testing.conversation import Api, OfferedTool, RecordedRequest, api_of, chat_prompt_tokens, prompt_chars
 from sidecar.testing.policy import Responder, reference_policy
 from sidecar.testing.replies import Event, Reply, ToolCall, Usage, estimate, new_id, resolved_usage
+from sidecar.testing.serving import QuietServer, serve_until_signalled
 
 MODEL_APIS: tuple[Api, ...] = ("anthropic", "responses", "chat")
 
@@ -61,7 +61,7 @@ class FakeProvider:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._handlers: set[threading.Thread] = set()
-        self._httpd: _HTTPServer | None = None
+        self._httpd: QuietServer[FakeProvider] | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Self:
@@ -73,10 +73,8 @@ class FakeProvider:
     def start(self) -> Self:
         """Listen and serve in a background thread."""
         self._stopping.clear()
-        self._httpd = _HTTPServer(self._address, _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-provider", daemon=True)
-        self._thread.start()
+        self._httpd = QuietServer(self._address, _Handler, self)
+        self._thread = self._httpd.serve_in_thread("fake-provider")
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -202,31 +200,20 @@ class FakeProvider:
                 self._handlers.discard(threading.current_thread())
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: FakeProvider) -> None:
-        self.fake = fake
-        super().__init__(address, handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Stay quiet: clients that give up mid-reply are part of the tests."""
-
-
 class _Dropped(Exception):
     """The server is stopping, the reply cuts the connection, or the client went away: abandon the reply."""
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _HTTPServer
+    server: QuietServer[FakeProvider]
 
     def setup(self) -> None:
         super().setup()
-        self.server.fake._track(self.connection, add=True)
+        self.server.owner._track(self.connection, add=True)
 
     def finish(self) -> None:
-        self.server.fake._track(self.connection, add=False)
+        self.server.owner._track(self.connection, add=False)
         with contextlib.suppress(OSError):
             super().finish()
 
@@ -239,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         request = self._receive()
-        names = self.server.fake.models
+        names = self.server.owner.models
         if request.path.rstrip("/").endswith("/models"):
             self._json(200, anthropic_wire.models(names) if self._anthropic(request) else openai_wire.models(names))
         else:
@@ -247,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         request = self._receive()
-        fake = self.server.fake
+        fake = self.server.owner
         if request.api is None:
             return self._not_found(request)
         if fake.api_key is not None and fake.api_key not in (
@@ -288,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = RecordedRequest(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body, raw,
                                   urllib.parse.parse_qs(parts.query, keep_blank_values=True), api_of(path),
                                   time.monotonic())
-        self.server.fake._record(request)
+        self.server.owner._record(request)
         return request
 
     def _over_window(self, request: RecordedRequest, prompt: int, window: int) -> bool:
@@ -297,8 +284,8 @@ class _Handler(BaseHTTPRequestHandler):
                               or body.get("max_output_tokens") or 0)
         if wanted <= window:
             return False
-        with self.server.fake._lock:
-            self.server.fake.rejected.append(prompt)
+        with self.server.owner._lock:
+            self.server.owner.rejected.append(prompt)
         if request.api == "anthropic":
             message = f"prompt is too long: {prompt} tokens > {window} maximum"
         elif request.api == "responses":
@@ -310,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def _wait(self, seconds: float) -> None:
-        if seconds > 0 and self.server.fake._stopping.wait(seconds):
+        if seconds > 0 and self.server.owner._stopping.wait(seconds):
             raise _Dropped
 
     def _drop(self) -> None:
@@ -320,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, request: RecordedRequest, reply: Reply) -> None:
         if reply.hang:
-            self.server.fake._stopping.wait()
+            self.server.owner._stopping.wait()
             raise _Dropped
         self._wait(reply.delay)
         if reply.status != 200:
@@ -399,13 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = reference_policy(trigger=args.trigger, tool=args.tool, arguments=json.loads(args.tool_args),
                               text=args.text)
     fake = FakeProvider(responder=policy, log=args.log, port=args.port).start()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    print(fake.port, flush=True)
-    stop.wait()
-    fake.stop()
-    return 0
+    return serve_until_signalled(str(fake.port), fake.stop)
 
 
 __all__ = ["FakeProvider", "OfferedTool", "RecordedRequest", "Reply", "Responder", "ToolCall", "Usage",

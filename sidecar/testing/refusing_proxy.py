@@ -13,13 +13,14 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import signal
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Self
+
+from sidecar.testing.serving import QuietServer, serve_until_signalled
 
 LOCAL = "127.0.0.1,localhost,::1"
 
@@ -43,7 +44,7 @@ class RefusingProxy:
         """When set, every attempt is appended to this file as one JSON line."""
         self._lock = threading.Lock()
         self._attempts: list[Attempt] = []
-        self._httpd: _Server | None = None
+        self._httpd: QuietServer[RefusingProxy] | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Self:
@@ -54,10 +55,8 @@ class RefusingProxy:
 
     def start(self) -> Self:
         """Listen and serve in a background thread."""
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="refusing-proxy", daemon=True)
-        self._thread.start()
+        self._httpd = QuietServer(("127.0.0.1", 0), _Handler, self)
+        self._thread = self._httpd.serve_in_thread("refusing-proxy")
         return self
 
     def stop(self) -> None:
@@ -106,20 +105,9 @@ class RefusingProxy:
                     file.write(json.dumps({"t": time.time(), **dataclasses.asdict(attempt)}) + "\n")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], proxy: RefusingProxy) -> None:
-        self.proxy = proxy
-        super().__init__(address, handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Stay quiet: clients hang up on a refusal."""
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: QuietServer[RefusingProxy]
 
     def log_message(self, format: str, *args: Any) -> None:
         """Log nothing to stderr: the attempts are recorded."""
@@ -129,7 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
         if length and self.command != "CONNECT":
             with contextlib.suppress(OSError):
                 self.rfile.read(length)
-        self.server.proxy._record(Attempt(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+        self.server.owner._record(Attempt(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
         data = b"refused by the test's proxy: nothing may leave this machine\n"
         self.send_response(403)
         self.send_header("Content-Type", "text/plain")
@@ -148,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="append every attempt to this file as a JSON line")
     args = parser.parse_args(argv)
     proxy = RefusingProxy(log=args.log).start()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    print(proxy.port, flush=True)
-    stop.wait()
-    proxy.stop()
-    return 0
+    return serve_until_signalled(str(proxy.port), proxy.stop)
 
 
 if __name__ == "__main__":

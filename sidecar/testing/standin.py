@@ -13,23 +13,15 @@ import argparse
 import itertools
 import json
 import re
-import threading
 from collections.abc import Sequence
-from typing import Any
 
+from sidecar.testing.conversation import text_of
 from sidecar.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
+from sidecar.testing.serving import serve_until_signalled
 
 DEFAULT_PORT = 8321
 SUMMARY = "The stand-in model does not summarize; this text stands for the older messages."
 _calls = itertools.count(1)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def _first_match(result: str) -> str:
@@ -47,15 +39,14 @@ def respond(request: RecordedRequest) -> Reply:
     body = request.body if isinstance(request.body, dict) else {}
     messages = body.get("messages") or [{}]
     last = messages[-1] if isinstance(messages[-1], dict) else {}
-    tools = {tool.get("function", {}).get("name") for tool in body.get("tools") or [] if isinstance(tool, dict)}
-    if last.get("role") == "user" and "memory_grep" in tools:
-        words = re.findall(r"[A-Za-z_]{3,}", _text(last.get("content")))
+    if last.get("role") == "user" and "memory_grep" in {tool.name for tool in request.tools}:
+        words = re.findall(r"[A-Za-z_]{3,}", text_of(last.get("content")))
         if words:
             pattern = max(words, key=len)
             return Reply(text="", tool_calls=((f"call_standin_{next(_calls)}", "memory_grep",
                                                json.dumps({"pattern": pattern})),))
     if last.get("role") == "tool":
-        return Reply(text=f"From memory: {_first_match(_text(last.get('content')))}")
+        return Reply(text=f"From memory: {_first_match(text_of(last.get('content')))}")
     return Reply(text=SUMMARY)
 
 
@@ -68,14 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = FakeOpenAIServer(responder=respond, port=args.port, models=("standin",)).start()
     except OSError as error:
         parser.exit(1, f"cannot listen on 127.0.0.1:{args.port}: {error.strerror}\n")
-    print(f"a stand-in model on {server.base_url} (Ctrl-C stops it)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_signalled(f"a stand-in model on {server.base_url} (Ctrl-C stops it)", server.stop)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ def install(agent: Agent, cache: Path | None = None) -> Path:
             return found
         npm = shutil.which("npm")
         if npm is None:
-            raise InstallError("npm is not on PATH (Node.js 20 or newer with npm is needed to install the agents)")
+            raise InstallError("npm is not on PATH: Node.js 20.6 or newer with npm is needed (scripts/node.sh "
+                               "prints the bin directory of one, installing it when missing)")
         work = Path(tempfile.mkdtemp(prefix=f".{agent.folder}-", dir=cache))
         try:
             for name in ("package.json", "package-lock.json"):

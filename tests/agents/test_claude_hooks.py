@@ -47,7 +47,8 @@ def setup(world: AgentWorld) -> AgentRun:
     return world.run([world.sidecar, "setup", "claude-code"]).check()
 
 
-def test_rules_given_in_the_first_turn_survive_claude_codes_compaction(claude: Claude, agent_world: AgentWorld):
+def test_rules_given_in_the_first_turn_survive_claude_codes_compaction_and_its_summary_is_stored(
+        claude: Claude, agent_world: AgentWorld) -> None:
     agent_world.provider.responder = summarize_or_chat
     assert "added the hooks PreCompact, SessionStart (compact), PostCompact" in setup(agent_world).stdout
     session, _, after = through_compaction(claude)
@@ -57,27 +58,19 @@ def test_rules_given_in_the_first_turn_survive_claude_codes_compaction(claude: C
     assert f"- {RULE}" in carried, "the hook's note carries the rule"
     log = (agent_world.xdg["XDG_STATE_HOME"] / "context-sidecar" / "log" / "hook.log").read_text()
     assert f"PreCompact: session {session}:" in log and f"SessionStart: session {session}: restored 1 rules" in log
-
-
-def test_without_setup_claude_codes_compaction_drops_the_rules(claude: Claude, agent_world: AgentWorld):
-    agent_world.provider.responder = summarize_or_chat
-    _, _, after = through_compaction(claude)
-    carried = sent(after)
-    assert SUMMARY in carried, "Claude Code's own summary is there"
-    assert RULE not in carried and "[context-sidecar]" not in carried
-
-
-
-def test_claude_codes_summary_is_stored_with_the_session(claude: Claude, agent_world: AgentWorld):
-    agent_world.provider.responder = summarize_or_chat
-    setup(agent_world)
-    session, _, _ = through_compaction(claude)
+    assert f"PostCompact: session {session}: Claude Code's summary recorded" in log
 
     async def stored() -> list[str]:
         async with await SidecarClient.spawn(env=agent_world.env(), timeout=60) as client:
             found = await client.grep(session, "fixing the cart total", scope="summaries")
             return [(await client.describe(session, match.id)).content for match in found.matches]
 
-    assert any(SUMMARY in str(content) for content in asyncio.run(stored()))
-    log = (agent_world.xdg["XDG_STATE_HOME"] / "context-sidecar" / "log" / "hook.log").read_text()
-    assert f"PostCompact: session {session}: Claude Code's summary recorded" in log
+    assert any(SUMMARY in str(content) for content in asyncio.run(stored())), "Claude Code's summary is stored"
+
+
+def test_without_setup_claude_codes_compaction_drops_the_rules(claude: Claude, agent_world: AgentWorld) -> None:
+    agent_world.provider.responder = summarize_or_chat
+    _, _, after = through_compaction(claude)
+    carried = sent(after)
+    assert SUMMARY in carried, "Claude Code's own summary is there"
+    assert RULE not in carried and "[context-sidecar]" not in carried

@@ -35,7 +35,7 @@ def test_claude_code_finds_what_an_earlier_session_of_the_workspace_was_told(
     assert FACT in result, result
     assert f"In session {earlier} (earlier;" in result and "Claude Code 2.1.197" in result
     assert f"In session {current}" not in result, "the model's own call is not history"
-    assert second.text.startswith("FINAL: tool said: memory_grep")
+    assert second.text == "FINAL: tool said: " + result[:300], "the model's answer, made of the tool's result"
 
 
 async def test_codex_finds_what_an_earlier_session_of_the_workspace_was_told_while_an_editor_shares_the_memory(

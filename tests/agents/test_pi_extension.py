@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from protocol import methods
 from sidecar.client import SidecarClient
 from sidecar.testing import RecordedRequest, reference_policy
 from sidecar.testing.conversation import prompt_chars
@@ -196,6 +197,39 @@ async def test_pis_session_is_stored_once_under_pis_own_ids(pi: Pi, agent_world:
     assert info.workspace == str(agent_world.workspace.resolve()), "editors on the workspace see pi's session"
 
 
+async def test_an_editor_watching_the_workspace_leaves_the_session_to_the_extension(
+        pi: Pi, agent_world: AgentWorld, memory: SidecarClient) -> None:
+    """What pi writes after a /tree rewind must not reach the session of the line it left (it is a branch's)."""
+    configure(pi, window=200_000, reserve=16_384)
+    pi.run("a session without the extension", env={"CONTEXT_SIDECAR_PI": "off"}).check()
+    [plain] = pi.sessions()
+    with with_extension(pi) as rpc:
+        rpc.prompt("alpha one")
+        rpc.prompt("beta two")
+    carried = next(path for path in pi.sessions() if path != plain)
+    lines = [json.loads(line) for line in carried.read_text(encoding="utf-8").splitlines()]
+    session = lines[0]["id"]
+    first_answer = next(e for e in lines if e.get("type") == "message" and e["message"]["role"] == "assistant")
+    rewound = {"type": "message", "id": "f00dfeed", "parentId": first_answer["id"], "timestamp": "2026-11-26T10:00:00Z",
+               "message": {"role": "user", "content": [{"type": "text", "text": "delta REWOUND"}],
+                           "timestamp": 1795687200000}}
+    with carried.open("a", encoding="utf-8") as file:  # pi's /tree to the first answer, then a new prompt
+        file.write(json.dumps(rewound) + "\n")
+    before = [item.id for item in (await memory.assemble(session)).items]
+
+    await memory.follow(workspace=str(agent_world.workspace))
+    plain_id = json.loads(plain.read_text(encoding="utf-8").splitlines()[0])["id"]
+    imported = memory.wait_for_notification(methods.CONTEXT_DID_CHANGE_USAGE, lambda u: u.session_id == plain_id,
+                                            timeout=60)
+    env = {"HOME": str(agent_world.home), "PI_CODING_AGENT_DIR": str(pi.dir)}
+    await memory.watch(str(agent_world.workspace), env=env)  # as an editor on the folder does
+    await imported  # the newest file, the extension's, was looked at first
+    watched = await memory.watch(str(agent_world.workspace), env=env)
+    [state] = [t for t in watched.transcripts if t.path == str(carried)]
+    assert state.state == "skipped" and "pi extension" in (state.problem or ""), state
+    assert [item.id for item in (await memory.assemble(session)).items] == before, "the rewound branch stays out"
+
+
 async def wait_for_usage(client: SidecarClient, session: str, accept: Any, timeout: float = 20.0) -> Any:
     """The session's usage once ``accept`` takes it (the extension's report travels on another connection)."""
     deadline = time.monotonic() + timeout
@@ -218,6 +252,20 @@ def test_pi_carries_on_when_the_sidecar_cannot_start(pi: Pi, agent_world: AgentW
     for request in (first, second):
         assert not {t.name for t in request.tools} & {"memory_grep", "memory_query"}, "no tool without its server"
     assert [m["role"] for m in second.body["messages"]] == ["system", "user", "assistant", "user"]
+
+
+def test_pi_says_once_why_the_sidecar_cannot_store_its_session(pi: Pi, agent_world: AgentWorld) -> None:
+    configure(pi, window=200_000, reserve=16_384)
+    blocked = agent_world.root / "a-file"
+    blocked.write_text("not a directory")
+    with with_extension(pi, env={"CONTEXT_SIDECAR_DB": str(blocked / "memory.duckdb")}) as rpc:
+        rpc.prompt("hello")
+        rpc.prompt("hello again")
+    said = notices(rpc)
+    assert len(said) == 1, said
+    assert said[0].startswith("context-sidecar: cannot open ") and str(blocked) in said[0]
+    assert [m["role"] for m in agent_world.provider.model_requests[-1].body["messages"]] == [
+        "system", "user", "assistant", "user"], "pi sent its own context"
 
 
 def test_pi_carries_on_when_the_sidecar_dies(pi: Pi, agent_world: AgentWorld) -> None:

@@ -7,6 +7,7 @@ result; the session must then be in memory under the agent's own session id, its
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -67,3 +68,21 @@ def test_wrap_codex_completes_a_tool_round_trip_through_the_proxy(codex: Codex, 
     assert run.requests[-1].headers.get("session-id") == thread
     sessions, results = stored(agent_world, db, thread, "wrapped-42")
     assert thread in sessions and results >= 1
+
+
+def test_claude_code_s_title_call_goes_upstream_but_not_into_its_session(claude: Claude, agent_world: AgentWorld,
+                                                                         tmp_path: Path) -> None:
+    agent_world.provider.responder = lambda request: "The parser keeps the last token."
+    db = tmp_path / "wrap.duckdb"
+    env = {**claude.env(), "ANTHROPIC_BASE_URL": None, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": None,
+           "PATH": os.pathsep.join([str(claude.binary.parent), agent_world.env()["PATH"]])}
+    run = agent_world.run([agent_world.sidecar, "wrap", "--port", "0", "--db", db, "--log-file",
+                           tmp_path / "proxy.log", "--anthropic-upstream", agent_world.provider.url, "claude", "--",
+                           "-p", "How does the parser pick a token?", "--output-format", "json"],
+                          env=env, parse=Claude._parse).check()
+    agent_world.proxy.take()  # with its nonessential traffic on, Claude Code also calls api.anthropic.com itself
+    titled = [r for r in run.requests if not r.body.get("tools")]
+    assert titled and "title" in json.dumps(titled[0].body["system"]).lower()  # the side call reached the model
+    session = run.output["session_id"]
+    sessions, asks = stored(agent_world, db, session, "How does the parser pick a token?")
+    assert sessions == [session] and asks == 1  # the conversation, once; the title call is not in it

@@ -5,7 +5,7 @@
  */
 import type { AgentMessage, PiModel, SessionEntry } from './pi';
 import type { ContextItem, WireMessage } from './protocol';
-import { isRecord, str } from './wire';
+import { isRecord, str, wireText } from './wire';
 
 const ZERO_USAGE = {
   input: 0,
@@ -15,13 +15,6 @@ const ZERO_USAGE = {
   totalTokens: 0,
   cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
 };
-
-function wireText(content: WireMessage['content']): string {
-  if (typeof content === 'string') {
-    return content;
-  }
-  return (content ?? []).map((part) => (typeof part.text === 'string' ? part.text : '')).join('\n');
-}
 
 function userContent(content: WireMessage['content']): unknown[] {
   if (typeof content === 'string' || content === null) {

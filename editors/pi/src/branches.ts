@@ -3,9 +3,7 @@
  * not written to its session yet.
  */
 import type { AgentMessage, SessionEntry } from './pi';
-import { entryToWire, textTokens, wireTokens } from './wire';
-
-const MESSAGE_OVERHEAD_TOKENS = 4;
+import { entryToWire, MESSAGE_OVERHEAD_TOKENS, textTokens, wireTokens } from './wire';
 
 /**
  * The sidecar session of the branch that ends at the leaf: pi's session id while the branch follows the

@@ -10,14 +10,13 @@ import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, Usage
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
-import { branchMessages, textTokens } from './wire';
+import { branchMessages, MESSAGE_OVERHEAD_TOKENS, textTokens, wireText } from './wire';
 
 export const STATUS_KEY = 'context-sidecar';
 export const MEMORY_TOOL_NAMES: string[] = MEMORY_TOOLS.map((tool) => tool.function.name);
 const REQUEST_TIMEOUT_MS = 60_000;
 /** `memory_query` may ask the summarizer's model. */
 const TOOL_TIMEOUT_MS = 300_000;
-const MESSAGE_OVERHEAD_TOKENS = 4;
 /**
  * Budgets are multiples of this: the sidecar refills a prompt whose budget changed (a rewrite, which the
  * provider's cache misses), so a budget moving by a few tokens of system prompt must not move it.
@@ -49,13 +48,6 @@ async function waitWritten(messages: AgentMessage[], manager: SessionManagerView
     }
     await new Promise((resolve) => (round < 5 ? setImmediate(resolve) : setTimeout(resolve, 10)));
   }
-}
-
-function toolText(message: WireMessage): string {
-  if (typeof message.content === 'string') {
-    return message.content;
-  }
-  return (message.content ?? []).map((part) => (typeof part.text === 'string' ? part.text : '')).join('\n');
 }
 
 export class PiSidecar {
@@ -255,7 +247,7 @@ export class PiSidecar {
       }
       throw new Error(`context-sidecar could not run ${name}: ${describe(error)}`);
     }
-    const text = toolText(message);
+    const text = wireText(message.content);
     if (text.startsWith('Error:')) {
       throw new Error(text); // pi marks the result as an error; the text says how to correct the call.
     }
@@ -279,7 +271,9 @@ export class PiSidecar {
       sidecar.onNotification(Methods.CONTEXT_DID_CHANGE_USAGE, (usage: Usage) => this.showUsage(usage));
       sidecar.onNotification('window/showMessage', (params: { type?: number; message?: string }) => {
         if ((params?.type ?? 3) <= 2 && params?.message) {
-          this.say(`context-sidecar: ${params.message}`, 'warning');
+          // The server's messages name it already; the topic is the reason, as for a failed request.
+          const reason = params.message.replace(/^context-sidecar: /, '');
+          this.say(params.message.startsWith('context-sidecar') ? params.message : `context-sidecar: ${reason}`, 'warning', reason);
         }
       });
       sidecar.ready.catch((error) => this.fail(error));
@@ -380,7 +374,10 @@ export class PiSidecar {
   private fail(error: unknown): void {
     const reason = describe(error);
     if (error instanceof RpcError) {
-      this.say(`context-sidecar: ${reason}; pi sends its own context for now`, 'warning', 'request');
+      if (!this.said.has(reason)) {
+        this.said.add(reason); // The server may have shown the same reason (it cannot open its database).
+        this.say(`context-sidecar: ${reason}; pi sends its own context for now`, 'warning', 'request');
+      }
       return;
     }
     if (this.broken) {

@@ -1,7 +1,7 @@
 /**
  * The part of pi's extension API (@mariozechner/pi-coding-agent 0.73) this extension uses, as plain
- * structural types: the extension loads with no dependencies, and `test/piTypes.check.ts` compiles it
- * against pi's own declarations when the pinned pi is installed.
+ * structural types: the extension loads with no dependencies, and `typecheck/pi-types.ts` compiles it
+ * against pi's own declarations (`scripts/check-pi-types.mjs`, when the pinned pi is installed).
  */
 
 export interface TextContent {

@@ -1,7 +1,7 @@
 /**
  * The context-sidecar protocol as this extension speaks it: the methods it calls, error codes, the
- * wire shapes it reads, and the memory tools' definitions. `test/protocol.test.ts` checks the names
- * against `protocol/methods.py` and `protocol/errors.py`, and the tools against a real server's.
+ * wire shapes it reads, and the memory tools' definitions. tests/test_editor_method_names.py checks the
+ * names against `protocol/`, and `test/server.test.ts` the tools against a real server's.
  */
 
 export const PROTOCOL_VERSION = 1;
@@ -83,6 +83,14 @@ export interface IngestResult {
   usage: Usage;
 }
 
+/** `memory_describe`'s and `memory_expand`'s `id`. */
+const ID_PARAMETER = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 512,
+  description: 'A summary id (sum_…) from a <summary> tag or a search result, or a message id.',
+} as const;
+
 /** The memory tools, exactly as `context/assemble` with `tools: true` defines them (constants of the protocol). */
 export const MEMORY_TOOLS = [
   {
@@ -125,12 +133,7 @@ export const MEMORY_TOOLS = [
       parameters: {
         type: 'object',
         properties: {
-          id: {
-            type: 'string',
-            minLength: 1,
-            maxLength: 512,
-            description: 'A summary id (sum_…) from a <summary> tag or a search result, or a message id.',
-          },
+          id: ID_PARAMETER,
         },
         required: ['id'],
         additionalProperties: false,
@@ -147,12 +150,7 @@ export const MEMORY_TOOLS = [
       parameters: {
         type: 'object',
         properties: {
-          id: {
-            type: 'string',
-            minLength: 1,
-            maxLength: 512,
-            description: 'A summary id (sum_…) from a <summary> tag or a search result, or a message id.',
-          },
+          id: ID_PARAMETER,
           tokenCap: {
             type: 'integer',
             minimum: 1,

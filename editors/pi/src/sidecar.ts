@@ -105,10 +105,6 @@ export class Sidecar {
     return this.failure?.message;
   }
 
-  get pid(): number | undefined {
-    return this.child.pid;
-  }
-
   onNotification(method: string, handler: (params: any) => void): void {
     this.connection.onNotification(method, handler);
   }

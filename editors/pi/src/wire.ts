@@ -11,7 +11,8 @@ export const SOURCE = 'pi-extension';
 export const NO_RESULT = '[no result recorded]';
 const BRANCH_PREFIX = 'The following is a summary of a branch that this conversation came back from:\n\n<summary>\n';
 const BRANCH_SUFFIX = '</summary>';
-const MESSAGE_OVERHEAD_TOKENS = 4;
+/** Tokens the sidecar counts for a message's (or a tool call's) framing. */
+export const MESSAGE_OVERHEAD_TOKENS = 4;
 const IMAGE_TOKENS = 765;
 
 export type Json = Record<string, unknown>;
@@ -47,7 +48,13 @@ export function wireTokens(message: WireMessage): number {
   return total;
 }
 
-
+/** The text of a wire message's content: the string, or its text parts one per line. */
+export function wireText(content: WireMessage['content']): string {
+  if (typeof content === 'string') {
+    return content;
+  }
+  return (content ?? []).map((part) => (typeof part.text === 'string' ? part.text : '')).join('\n');
+}
 
 function isoTimestamp(value: unknown): string | undefined {
   if (typeof value === 'string' && value && !Number.isNaN(Date.parse(value))) {

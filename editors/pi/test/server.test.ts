@@ -1,38 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { branchMessages } from '../src/wire';
 import { AssembleResult, ErrorCodes, IngestResult, MEMORY_TOOLS, Methods, REQUIRED_METHODS } from '../src/protocol';
 import { Sidecar } from '../src/sidecar';
 import { readSessionFile } from './entries';
-import { PI_FIXTURE, REPO_ROOT } from './paths';
+import { PI_FIXTURE } from './paths';
 import { startServer, TestServer } from './server';
-
-/** `NAME = "value"` and `NAME = -123` assignments at the top level of a Python module of protocol/. */
-function pythonConstants(file: string): Map<string, string | number> {
-  const constants = new Map<string, string | number>();
-  const text = readFileSync(resolve(REPO_ROOT, 'protocol', file), 'utf8');
-  for (const match of text.matchAll(/^([A-Z][A-Z0-9_]*)\s*=\s*(?:"([^"]*)"|'([^']*)'|(-?\d+))\s*$/gm)) {
-    constants.set(match[1], match[4] !== undefined ? Number(match[4]) : (match[2] ?? match[3]));
-  }
-  return constants;
-}
-
-describe('the protocol as this extension spells it', () => {
-  it('names methods and error codes as protocol/methods.py and protocol/errors.py do', () => {
-    const methods = pythonConstants('methods.py');
-    const errors = pythonConstants('errors.py');
-    assert.ok(methods.size > 10 && errors.size > 10);
-    for (const [name, value] of Object.entries(Methods)) {
-      assert.equal(methods.get(name), value, name);
-    }
-    for (const [name, value] of Object.entries(ErrorCodes)) {
-      assert.equal(errors.get(name), value, name);
-    }
-  });
-});
 
 describe('against a real context-sidecar', () => {
   let server: TestServer;

@@ -117,8 +117,9 @@ class AnthropicAdapter(Adapter):
         return out
 
     def finish(self, elements: list[bytes], breakpoints: Sequence[int], marker: str | None) -> list[bytes]:
-        if elements and json.loads(elements[0]).get("role") == "assistant":
-            # The budget left out the user message before it: the API wants a user message first.
+        if elements and json.loads(elements[0]).get("role") != "user":
+            # The budget left out the user message before it (an assistant's turn, or a pinned system entry that
+            # stays in its place): the API wants a user message first.
             elements.insert(0, compact({"role": "user", "content": "[earlier conversation in memory]"}).encode())
             breakpoints = [index + 1 for index in breakpoints]
         marked: set[int] = set()

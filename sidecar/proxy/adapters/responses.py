@@ -96,8 +96,11 @@ class ResponsesAdapter(Adapter):
         if unit.values[0].get("type") in OUTPUTS or not answers(unit.values[0]):
             return list(unit.texts)
         wanted = {call["id"] for call in item.message.get("tool_calls") or ()}
-        return [text for text, value in zip(unit.texts, unit.values, strict=True)
+        kept = [(text, value) for text, value in zip(unit.texts, unit.values, strict=True)
                 if value.get("type") not in CALLS or _call(value)["id"] in wanted]
+        while kept and kept[-1][1].get("type") == "reasoning":
+            kept.pop()  # the API refuses a reasoning item without the item it led to (its calls were left out)
+        return [text for text, _ in kept]
 
     def render_others(self, items: Sequence[Item]) -> list[str]:
         out: list[str] = []

@@ -175,10 +175,11 @@ def grep(sidecar: Sidecar, scope: Scope, arguments: dict[str, Any]) -> str:
     store = sidecar.store()
     more = f"; more exist, raise limit (at most {d.GREP_MAX_LIMIT})" if truncated else ""
     sessions = list(dict.fromkeys(session_id for session_id, _ in found))
+    counted = f"{len(found)} match{'es' * (len(found) != 1)}"
     if scope.workspace is None:
-        header = f"{len(found)} matches, summaries first, then messages newest first{more}."
+        header = f"{counted}, summaries first, then messages newest first{more}."
     else:
-        header = (f"{len(found)} matches in {len(sessions)} of the {count} sessions of this workspace, the current "
+        header = (f"{counted} in {len(sessions)} of the {count} sessions of this workspace, the current "
                   f"session first, then earlier ones, most recent first; in each, summaries first, then messages "
                   f"newest first{more}.")
     lines = [f"memory_grep {json.dumps(pattern)} ({where}): {header}"]
