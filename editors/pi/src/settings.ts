@@ -21,7 +21,7 @@ export interface Settings {
   contextWindow?: number;
   /** Tokens kept free for the answer (and pi's auto-compaction margin): pi's `compaction.reserveTokens`. */
   reserveTokens: number;
-  /** The server's own settings (`initializationOptions`, as in docs/protocol.md). */
+  /** The server's own settings (`initializationOptions`, docs/configuration.md). */
   sidecar: Record<string, unknown>;
 }
 

@@ -4,6 +4,3 @@ import { resolve } from 'node:path';
 /** The repository root: editors/vscode/out/test is four levels below it. */
 export const REPO_ROOT = resolve(__dirname, '..', '..', '..', '..');
 export const EXTENSION_ROOT = resolve(__dirname, '..', '..');
-
-/** The repository's protocol reference. */
-export const PROTOCOL_DOC = resolve(REPO_ROOT, 'docs', 'protocol.md');
