@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sidecar.importers.common import blocks_to_text, image_part, parts_content, reasoning_text, text_content, tool_call
-from sidecar.proxy.adapters.base import Adapter, BadRequest, Item, Recorded, Recorder, Request, Unit
+from sidecar.proxy.adapters.base import Adapter, BadRequest, BodyRecorder, Item, Recorded, Recorder, Request, Unit
 from sidecar.proxy.jsontext import JsonTextError, array_elements, compact, object_members, without_cache_control
 from sidecar.proxy.sse import EventReader, json_events
 
@@ -136,7 +136,7 @@ class AnthropicAdapter(Adapter):
         return elements
 
     def recorder(self, stream: bool) -> Recorder:
-        return StreamRecorder() if stream else BodyRecorder()
+        return StreamRecorder() if stream else MessageRecorder()
 
     def error_body(self, status: int, message: str) -> bytes:
         kind = ERROR_TYPES.get(status, "api_error")
@@ -336,21 +336,11 @@ class StreamRecorder(Recorder):
         return _recorded({"role": "assistant", "content": blocks}, None, self._usage)
 
 
-class BodyRecorder(Recorder):
+class MessageRecorder(BodyRecorder):
     """An answer from a plain JSON response: its ``content`` kept as the provider wrote it."""
 
-    def __init__(self) -> None:
-        self._body = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._body += data
-
-    def finish(self) -> Recorded | None:
-        try:
-            text = self._body.decode()
-            values, spans, _ = object_members(text)
-        except (UnicodeDecodeError, JsonTextError):
-            return None
+    def answer(self, text: str) -> Recorded | None:
+        values, spans, _ = object_members(text)
         if values.get("type") != "message" or not isinstance(values.get("content"), list):
             return None
         start, end = spans["content"]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import attrs
 
 from sidecar.proxy.body import Body, BodyError, read_body
+from sidecar.proxy.jsontext import JsonTextError
 
 
 class BadRequest(Exception):
@@ -121,6 +122,26 @@ class Recorder(abc.ABC):
     @abc.abstractmethod
     def finish(self) -> Recorded | None:
         """The answer, or None when the response did not hold a complete one."""
+
+
+class BodyRecorder(Recorder):
+    """An answer from a plain JSON response, read once the whole body has passed."""
+
+    def __init__(self) -> None:
+        self._body = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._body += data
+
+    def finish(self) -> Recorded | None:
+        try:
+            return self.answer(self._body.decode())
+        except (UnicodeDecodeError, JsonTextError):
+            return None
+
+    @abc.abstractmethod
+    def answer(self, text: str) -> Recorded | None:
+        """The answer in the body's text; None (or JsonTextError) when it holds none."""
 
 
 class Adapter(abc.ABC):

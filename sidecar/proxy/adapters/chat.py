@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.proxy.adapters.base import Adapter, BadRequest, Item, Recorded, Recorder, Request, Unit
+from sidecar.proxy.adapters.base import Adapter, BadRequest, BodyRecorder, Item, Recorded, Recorder, Request, Unit
 from sidecar.proxy.adapters.openai_common import content_text, error_body, recorded
-from sidecar.proxy.jsontext import JsonTextError, compact, object_members, without_cache_control
+from sidecar.proxy.jsontext import compact, object_members, without_cache_control
 from sidecar.proxy.sse import EventReader
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -92,7 +92,7 @@ class ChatAdapter(Adapter):
         return [compact(item.message) for item in items]
 
     def recorder(self, stream: bool) -> Recorder:
-        return StreamRecorder() if stream else BodyRecorder()
+        return StreamRecorder() if stream else CompletionRecorder()
 
     def error_body(self, status: int, message: str) -> bytes:
         return error_body(status, message)
@@ -152,21 +152,11 @@ class StreamRecorder(Recorder):
         return recorded(Unit((compact(message),), (message,)), self._usage)
 
 
-class BodyRecorder(Recorder):
+class CompletionRecorder(BodyRecorder):
     """An answer from a plain JSON completion: its message kept as the provider wrote it."""
 
-    def __init__(self) -> None:
-        self._body = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._body += data
-
-    def finish(self) -> Recorded | None:
-        try:
-            text = self._body.decode()
-            values, _, _ = object_members(text)
-        except (UnicodeDecodeError, JsonTextError):
-            return None
+    def answer(self, text: str) -> Recorded | None:
+        values, _, _ = object_members(text)
         choices = values.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return None

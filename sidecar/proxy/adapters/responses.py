@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sidecar.importers.common import reasoning_text, text_content, tool_call
-from sidecar.proxy.adapters.base import Adapter, BadRequest, Item, Recorded, Recorder, Request, Unit
+from sidecar.proxy.adapters.base import Adapter, BadRequest, BodyRecorder, Item, Recorded, Recorder, Request, Unit
 from sidecar.proxy.adapters.openai_common import content_text, error_body, recorded
-from sidecar.proxy.jsontext import JsonTextError, array_elements, compact, object_members
+from sidecar.proxy.jsontext import array_elements, compact, object_members
 from sidecar.proxy.sse import EventReader, json_events
 
 OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
@@ -126,7 +126,7 @@ class ResponsesAdapter(Adapter):
         return out
 
     def recorder(self, stream: bool) -> Recorder:
-        return StreamRecorder() if stream else BodyRecorder()
+        return StreamRecorder() if stream else ResponseRecorder()
 
     def error_body(self, status: int, message: str) -> bytes:
         return error_body(status, message)
@@ -180,21 +180,11 @@ class StreamRecorder(Recorder):
         return recorded(unit, self._usage)
 
 
-class BodyRecorder(Recorder):
+class ResponseRecorder(BodyRecorder):
     """An answer from a plain JSON response: its output items kept as the provider wrote them."""
 
-    def __init__(self) -> None:
-        self._body = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._body += data
-
-    def finish(self) -> Recorded | None:
-        try:
-            text = self._body.decode()
-            values, _, _ = object_members(text, 0, {"output": _items})
-        except (UnicodeDecodeError, JsonTextError):
-            return None
+    def answer(self, text: str) -> Recorded | None:
+        values, _, _ = object_members(text, 0, {"output": _items})
         output = values.get("output")
         if not isinstance(output, tuple) or values.get("status") not in ("completed", "incomplete"):
             return None
