@@ -222,9 +222,9 @@ class SidecarClient:
             raise SidecarConnectionLost(self._closed.message)
         msg_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
         self._pending[msg_id] = future
         future.add_done_callback(lambda _: self._pending.pop(msg_id, None))
-        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
         return msg_id, future
 
     def _stop(self, msg_id: int, future: asyncio.Future[Any], error: BaseException) -> None:

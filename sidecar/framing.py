@@ -153,9 +153,17 @@ def frame_body(body: bytes) -> bytes:
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode(message: Any) -> bytes:
     """One message, as JSON, framed."""
-    return frame_body(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return frame_body(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (a JSON escape of half a character) has no UTF-8: it is sent as U+FFFD.
+        return frame_body(LONE_SURROGATE.sub("\ufffd", text).encode("utf-8"))
 
 
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anthropic
@@ -154,3 +156,62 @@ async def test_a_session_another_client_imported_is_never_written_into_and_a_res
     branches = [name for name in sessions if name.startswith("imported~")]
     assert sessions["imported"] == 2 and found.matches == []  # never written into
     assert len(branches) == 1 and sessions[branches[0]] == len(history)  # the whole conversation, once
+
+
+async def test_a_lone_surrogate_in_a_message_is_forwarded_and_its_conversation_goes_on(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "seen") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            url, headers = f"{proxy.url}/v1/messages", {"x-context-sidecar-session": "cut"}
+            # A truncated tool output: the JSON escape of half an emoji, valid JSON, not encodable as UTF-8.
+            history = b'{"role": "user", "content": "<<cut>> \\ud83d"}'
+            async with httpx2.AsyncClient() as http:
+                first = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
+                                        b'"messages": [' + history + b"]}")
+                second = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
+                                         b'"messages": [' + history + b', {"role": "assistant", "content": "seen"}, '
+                                         b'{"role": "user", "content": "<<next>>"}]}')
+            async with reader(proxy.db) as sidecar:
+                stored = await sidecar.grep("cut", "<<next>>", scope="messages")
+    assert first.status_code == 200 and second.status_code == 200
+    assert len(fake.model_requests) == 2
+    assert "\\ud83d" in fake.model_requests[1].raw.decode()  # the agent's bytes, as it sent them
+    assert len(stored.matches) == 1  # stored: the sidecar's form of the message holds U+FFFD in its place
+
+
+ODD_STREAM = (b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1", "type": "message", '
+              b'"role": "assistant", "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}}\n\n'
+              b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": "odd"}\n\n'
+              b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+
+
+class _OddUpstream(BaseHTTPRequestHandler):
+    """An upstream whose stream holds an event of a shape no recorder expects."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(ODD_STREAM)))
+        self.end_headers()
+        self.wfile.write(ODD_STREAM)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OddUpstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with running_proxy(tmp_path, f"http://127.0.0.1:{server.server_address[1]}") as proxy:
+            async with httpx2.AsyncClient() as http:
+                response = await http.post(f"{proxy.url}/v1/messages", json={
+                    "model": "m", "max_tokens": 5, "stream": True, "messages": [user("hi")]},
+                    headers={"x-context-sidecar-session": "odd"})
+            log = proxy.log_text()
+    finally:
+        server.shutdown()
+    assert response.status_code == 200 and response.content == ODD_STREAM
+    assert "the answer is not recorded" in log

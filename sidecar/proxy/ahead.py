@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from protocol import types as t
-from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.client import SidecarClient
 from sidecar.proxy.adapters.base import Adapter, Unit, part_id
 from sidecar.proxy.conversation import Branch
 from sidecar.proxy.render import render_context, unit_elements
@@ -112,9 +112,9 @@ async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: 
         if stored is not None:
             await stored
         result = structure(await assembling, t.AssembleResult)
-    except SidecarRequestError as error:
+    except Exception as error:  # the host's, or a reply of the wrong shape
         log.info("session %s: the request sent ahead was not stored (%s); the next one waits for the host",
-                 branch.session_id, error.message)
+                 branch.session_id, error)
         branch.forget_prompt()
         return
     try:

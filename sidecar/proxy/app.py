@@ -11,8 +11,9 @@ from typing import Any
 import attrs
 
 from sidecar import __version__
-from sidecar.proxy.adapters.base import Adapter, BadRequest
-from sidecar.proxy.core import Prepared, Proxy
+from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder
+from sidecar.proxy.conversation import Prepared
+from sidecar.proxy.core import Proxy
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.upstream import Upstream, join, response_headers
 
@@ -24,6 +25,8 @@ SESSION_HEADERS = ("x-context-sidecar-session", "x-claude-code-session-id", "ses
 """The agent's own session id: ours first, then Claude Code's, then Codex's."""
 AGENT_HEADERS = SESSION_HEADERS[1:]
 """Under these, a request without tools is an agent's side call (a title, a topic), forwarded as it is."""
+UNKNOWN_SESSION = "(unknown)"
+"""Where a request is counted whose session could not be told (its preparation failed)."""
 JSON = [("content-type", "application/json")]
 SERVER_NAME = "context-sidecar proxy"
 
@@ -65,12 +68,17 @@ class App:
             await self.forward(request, responder, None, None, request.body)
             return
         try:
-            prepared = await self.prepare(adapter, request)
+            prepared: Prepared | None = await self.prepare(adapter, request)
         except BadRequest as error:
             log.info("%s %s: answered 400 (%s); nothing stored", request.method, request.path, error.message)
             await responder.whole(400, JSON, adapter.error_body(400, error.message))
             return
-        await self.forward(request, responder, adapter, prepared, prepared.body)
+        except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
+            log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, request.path,
+                        type(error).__name__, error)
+            self.proxy.stats.unmanaged(UNKNOWN_SESSION, len(request.body))
+            prepared = None
+        await self.forward(request, responder, adapter, prepared, prepared.body if prepared else request.body)
 
     async def prepare(self, adapter: Adapter, request: HttpRequest) -> Prepared:
         """Read the body and let the core store and assemble it, the agent's conversation locked meanwhile."""
@@ -102,13 +110,13 @@ class App:
                 await responder.start(response.status_code, response_headers(response.headers))
                 async for chunk in response.aiter_raw():
                     if recorder is not None:
-                        recorder.feed(chunk)
+                        recorder = _fed(recorder, chunk)
                     await responder.send(chunk)
-                recorded = recorder.finish() if recorder is not None else None
+                recorded = _finished(recorder)
                 if recorded is not None and adapter is not None and prepared is not None:
-                    # Sent to the host before the agent has the whole answer: a client that reads the session
-                    # once it has the answer finds it there.
-                    await self.proxy.record(adapter, prepared, recorded)
+                    # Sent to the host before the agent has the whole answer (never waiting for the host): a
+                    # client that reads the session once it has the answer finds it there.
+                    await self.proxy.answers.record(adapter, prepared, recorded)
         except self.upstream.errors as error:
             if responder.started:
                 # The upstream dropped the answer midway: the agent sees its connection dropped too.
@@ -133,3 +141,22 @@ class App:
 def _anthropic(request: HttpRequest) -> bool:
     """Whether a request the proxy does not assemble is for Anthropic's API."""
     return request.path.startswith("/v1/messages") or request.header("anthropic-version") is not None
+
+
+def _fed(recorder: Recorder, chunk: bytes) -> Recorder | None:
+    """The recorder once it took ``chunk``; None (the answer not recorded) should it fail."""
+    try:
+        recorder.feed(chunk)
+    except Exception as error:
+        log.warning("the answer is not recorded: reading it failed (%s: %s)", type(error).__name__, error)
+        return None
+    return recorder
+
+
+def _finished(recorder: Recorder | None) -> Recorded | None:
+    """The recorder's answer; None should it fail."""
+    try:
+        return recorder.finish() if recorder is not None else None
+    except Exception as error:
+        log.warning("the answer is not recorded: reading it failed (%s: %s)", type(error).__name__, error)
+        return None

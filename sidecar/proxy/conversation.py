@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,6 +118,28 @@ class Conversation:
         last = f"{self.session_id}~{ids[-1][3:11]}" if ids else opening
         names = [self.session_id, opening, last, *(f"{last}-{number}" for number in range(2, taken + 3))]
         return [name for name in dict.fromkeys(names) if name not in known][taken]
+
+
+@attrs.define
+class Prepared:
+    """A request ready to forward: the body to send, and what recording its answer needs."""
+
+    body: bytes
+    conversation: Conversation
+    branch: Branch | None
+    """None when the request goes upstream as the agent sent it."""
+    stream: bool = False
+    ids: list[str] = attrs.Factory(list)
+    last: str = ""
+    """The newest stored message once the request's own were stored: ``after`` for the answer."""
+
+
+async def checked(branch: Branch) -> None:
+    """Wait until the host's answers to a request sent ahead are taken (``ahead.check`` handles their errors)."""
+    if branch.checking is not None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await branch.checking
+        branch.checking = None
 
 
 class Conversations:

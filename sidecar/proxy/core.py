@@ -9,14 +9,11 @@ stored while the agent works on its next request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
 from collections.abc import Sequence
 from typing import Any
-
-import attrs
 
 from protocol import errors as codes
 from protocol import methods
@@ -26,8 +23,9 @@ from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
 from sidecar.engine.usage import reserve_for
 from sidecar.proxy import ahead
-from sidecar.proxy.adapters.base import Adapter, Recorded, Request, Unit, part_id, split_part_id, unit_id
-from sidecar.proxy.conversation import Branch, Conversation, Conversations
+from sidecar.proxy.adapters.base import Adapter, Request, Unit, part_id, sidecar_messages, split_part_id, unit_id
+from sidecar.proxy.answers import SETTLE_SECONDS, Answers
+from sidecar.proxy.conversation import Branch, Conversation, Conversations, Prepared, checked
 from sidecar.proxy.render import render_context, spliced, unit_elements
 from sidecar.proxy.seen import Reader, Seen
 from sidecar.proxy.stats import Stats
@@ -40,22 +38,6 @@ MAX_MARKERS = 4
 FORK_ATTEMPTS = 4
 MIN_SLACK = 64
 """Tokens the budget may grow by before it is asked for anew (or a hundredth of it, when more)."""
-SETTLE_SECONDS = 10.0
-"""How long stopping waits for answers still being stored."""
-
-
-@attrs.define
-class Prepared:
-    """A request ready to forward: the body to send, and what recording its answer needs."""
-
-    body: bytes
-    conversation: Conversation
-    branch: Branch | None
-    """None when the request goes upstream as the agent sent it."""
-    stream: bool = False
-    ids: list[str] = attrs.Factory(list)
-    last: str = ""
-    """The newest stored message once the request's own were stored: ``after`` for the answer."""
 
 
 class Proxy:
@@ -68,7 +50,7 @@ class Proxy:
         self.conversations = Conversations()
         self.reader = Reader()
         self._unknown_models: set[str] = set()
-        self._storing: set[asyncio.Task[None]] = set()
+        self.answers = Answers(client, stats)
         client.on_compact(self._on_compact)
 
     def _on_compact(self, event: t.DidCompactParams) -> None:
@@ -101,8 +83,9 @@ class Proxy:
             else:
                 branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
                 forwarded = await self._assembled(adapter, request, branch, budget, assembling)
-        except SidecarRequestError as error:
-            log.warning("session %s: forwarded as the agent sent it: %s", conversation.session_id, error)
+        except Exception as error:  # the host's, or the sidecar's own: the agent never breaks
+            log.warning("session %s: forwarded as the agent sent it (%s: %s)", conversation.session_id,
+                        type(error).__name__, error)
             self.stats.unmanaged(conversation.session_id, len(body))
             return Prepared(body, conversation, None, request.stream)
         self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, len(body),
@@ -116,7 +99,7 @@ class Proxy:
         branch, common = conversation.best(seen.ids)
         if branch is None or not branch.ids or common != len(branch.ids):
             return None
-        await _checked(branch)
+        await checked(branch)
         units = ahead.pending(branch, seen.units, seen.ids, common)
         planned = ahead.plan(adapter, branch, units, budget) if units is not None else None
         if planned is None:
@@ -136,12 +119,13 @@ class Proxy:
         branch, common = conversation.best(seen.ids)
         if not seen.units or branch is None or not branch.ids or common != len(branch.ids):
             return Prepared(body, conversation, None)
-        await _checked(branch)
+        await checked(branch)
         try:
             forwarded = await self._assembled(adapter, request, branch, self.budget(request), None,
                                               seen.units[common:], seen.ids[common:])
-        except SidecarRequestError as error:
-            log.warning("session %s: count_tokens forwarded as sent: %s", conversation.session_id, error)
+        except Exception as error:  # the host's, or the sidecar's own
+            log.warning("session %s: count_tokens forwarded as sent (%s: %s)", conversation.session_id,
+                        type(error).__name__, error)
             return Prepared(body, conversation, None)
         return Prepared(forwarded, conversation, None)
 
@@ -152,7 +136,7 @@ class Proxy:
         units, ids = seen.units, seen.ids
         branch, common = conversation.best(ids)
         if branch is not None:
-            await _checked(branch)
+            await checked(branch)
         if branch is not None and common == len(branch.ids) and (branch.ids or not ids):
             stored = await self._send_ingest(adapter, request, branch, units, ids, common, branch.last)
             assembling = await self._send_assemble(branch, budget)
@@ -300,61 +284,9 @@ class Proxy:
         ahead.take(branch, result, covered, epoch)
         return result
 
-    async def record(self, adapter: Adapter, prepared: Prepared, recorded: Recorded) -> None:
-        """Report the provider's usage and store the answer after the request's messages; both are sent at once,
-        the host's reply to the ingest is awaited in the background."""
-        branch, conversation = prepared.branch, prepared.conversation
-        if branch is None:
-            return
-        self.stats.usage(branch.session_id, recorded)
-        try:
-            if recorded.input_tokens is not None and recorded.output_tokens is not None:
-                # Before the answer is stored: the usage is that of the prompt sent, on which the host calibrates.
-                await self.client.report_usage(branch.session_id, recorded.input_tokens, recorded.output_tokens,
-                                               recorded.cache_read_tokens, recorded.cache_write_tokens)
-        except SidecarRequestError as error:
-            log.warning("session %s: usage not reported (%s)", branch.session_id, error.message)
-        if recorded.unit is None:
-            return
-        async with conversation.lock:
-            parent = prepared.ids[-1] if prepared.ids else ""
-            uid = unit_id(parent, adapter.identity(recorded.unit))
-            messages = sidecar_messages(adapter, [recorded.unit], [uid])
-            params = t.IngestParams(branch.session_id, messages, None, prepared.last)
-            try:
-                sent = await self.client.send(methods.MEMORY_INGEST, unstructure(params))
-            except SidecarRequestError as error:
-                log.info("session %s: answer not recorded (%s)", branch.session_id, error.message)
-                return
-            newest = str(messages[-1]["id"])
-            if branch.ids == prepared.ids and branch.last == prepared.last:
-                branch.ids.append(uid)
-                branch.last = newest
-            branch.units[uid] = recorded.unit
-        task = asyncio.ensure_future(self._recorded(prepared, sent, newest))
-        self._storing.add(task)
-        task.add_done_callback(self._storing.discard)
-
-    async def _recorded(self, prepared: Prepared, sent: asyncio.Future[Any], newest: str) -> None:
-        """The host's reply to an answer's ingest: should it refuse, the branch is back where the request left it
-        (the agent's next request brings the answer again)."""
-        branch, conversation = prepared.branch, prepared.conversation
-        assert branch is not None
-        try:
-            await sent
-        except SidecarRequestError as error:
-            log.info("session %s: answer not recorded (%s); the agent's next request brings it",
-                     branch.session_id, error.message)
-            async with conversation.lock:
-                await _checked(branch)
-                branch.forget_prompt()  # the next request waits for the host, which says where the session is
-                if branch.last == newest:
-                    branch.ids, branch.last = list(prepared.ids), prepared.last
-
     async def settle(self, timeout: float = SETTLE_SECONDS) -> None:
         """Wait (a while at most) for the answers still being stored."""
-        if self._storing:
-            await asyncio.wait(set(self._storing), timeout=timeout)
+        await self.answers.settle(timeout)
 
 
 def asked(branch: Branch, budget: int) -> int:
@@ -370,14 +302,6 @@ def asked(branch: Branch, budget: int) -> int:
     return branch.asked
 
 
-async def _checked(branch: Branch) -> None:
-    """Wait until the host's answers to a request sent ahead are taken (``ahead.check`` handles their errors)."""
-    if branch.checking is not None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await branch.checking
-        branch.checking = None
-
-
 async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) -> str:
     """The id of the newest message an ingest stored, once the host confirms it (``otherwise`` when none was sent)."""
     if sent is None:
@@ -389,17 +313,3 @@ async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) 
 def _forget(future: asyncio.Future[Any]) -> None:
     """A reply no longer wanted: its error, if any, is not reported as never retrieved."""
     future.add_done_callback(lambda done: done.cancelled() or done.exception())
-
-
-def sidecar_messages(adapter: Adapter, units: Sequence[Unit], ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The units as messages to ingest: ids per part, the unit's original on its first part."""
-    out: list[dict[str, Any]] = []
-    for unit, uid in zip(units, ids, strict=True):
-        parts = adapter.parts(unit)
-        for index, part in enumerate(parts):
-            message = {**part, "id": part_id(uid, index, len(parts)),
-                       "metadata": {"format": adapter.name, **(part.get("metadata") or {})}}
-            if index == 0:
-                message["original"] = list(unit.texts)
-            out.append(message)
-    return out

@@ -93,7 +93,8 @@ class Recorded:
 
 def unit_id(parent: str, identity: str) -> str:
     """A unit's id: chained on its parent's, so that an edited or rewound conversation gets new ids from there on."""
-    digest = hashlib.blake2b(f"{parent}\n{identity}".encode(), digest_size=12).hexdigest()
+    # surrogatepass: a JSON escape of half a character (truncated tool output) is valid JSON, not valid UTF-8.
+    digest = hashlib.blake2b(f"{parent}\n{identity}".encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
     return f"px-{digest}"
 
 
@@ -214,3 +215,17 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def error_body(self, status: int, message: str) -> bytes:
         """An error as the provider writes it."""
+
+
+def sidecar_messages(adapter: Adapter, units: Sequence[Unit], ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The units as messages to ingest: ids per part, the unit's original on its first part."""
+    out: list[dict[str, Any]] = []
+    for unit, uid in zip(units, ids, strict=True):
+        parts = adapter.parts(unit)
+        for index, part in enumerate(parts):
+            message = {**part, "id": part_id(uid, index, len(parts)),
+                       "metadata": {"format": adapter.name, **(part.get("metadata") or {})}}
+            if index == 0:
+                message["original"] = list(unit.texts)
+            out.append(message)
+    return out
