@@ -173,3 +173,15 @@ async def test_a_conversation_kept_by_the_provider_passes_through_untouched(tmp_
             raw = json.dumps(body, indent=1).encode()
             httpx2.post(f"{proxy.url}/v1/responses", content=raw, headers={"content-type": "application/json"})
     assert fake.model_requests[0].raw == raw
+
+
+@pytest.mark.parametrize("header", ["session-id", "session_id"])
+async def test_codex_s_session_header_in_either_spelling_names_the_session(tmp_path: Path, header: str) -> None:
+    with FakeProvider(responder=lambda request: "ok") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = openai.AsyncOpenAI(api_key="k", base_url=f"{proxy.url}/v1", max_retries=0)
+            await client.responses.create(model="gpt-5", input=[{"role": "user", "content": "hi"}], tools=[TOOL],
+                                          store=False, extra_headers={header: "codex-thread"})
+            async with reader(proxy.db) as sidecar:
+                sessions = [s.session_id for s in (await sidecar.sessions()).sessions]
+    assert sessions == ["codex-thread"]

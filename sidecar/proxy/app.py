@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 OPENAI_UPSTREAM = "https://api.openai.com/v1"
-SESSION_HEADERS = ("x-context-sidecar-session", "x-claude-code-session-id", "session-id")
-"""The agent's own session id: ours first, then Claude Code's, then Codex's."""
+SESSION_HEADERS = ("x-context-sidecar-session", "x-claude-code-session-id", "session_id", "session-id")
+"""The agent's own session id: ours first, then Claude Code's, then Codex's (``session_id`` in its current source,
+``session-id`` in 0.169, the version the agent tests pin)."""
 AGENT_HEADERS = SESSION_HEADERS[1:]
 """Under these, a request without tools is an agent's side call (a title, a topic), forwarded as it is."""
 UNKNOWN_SESSION = "(unknown)"
