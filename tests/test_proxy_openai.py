@@ -185,3 +185,21 @@ async def test_codex_s_session_header_in_either_spelling_names_the_session(tmp_p
             async with reader(proxy.db) as sidecar:
                 sessions = [s.session_id for s in (await sidecar.sessions()).sessions]
     assert sessions == ["codex-thread"]
+
+
+async def test_conversations_with_one_system_prompt_and_no_session_header_are_sessions_of_their_own(
+        tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "ok") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = openai.AsyncOpenAI(api_key="k", base_url=f"{proxy.url}/v1", max_retries=0)
+            for task in ("<<one>> fix the parser", "<<two>> write the docs"):
+                history: list[Any] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": task}]
+                for _ in range(2):
+                    reply = await client.chat.completions.create(model="gpt-4o", messages=history)
+                    history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                                {"role": "user", "content": "go on"}]
+            async with reader(proxy.db) as sidecar:
+                sessions = {s.session_id: s.messages for s in (await sidecar.sessions()).sessions}
+    assert sorted(sessions.values()) == [5, 5]  # system, ask, answer, ask, answer: one session each, no branch
+    assert all(name.startswith("proxy-") and "~" not in name for name in sessions)

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_MARKERS = 4
 """Anthropic's limit of cache breakpoints in one request, the agent's own included."""
 FORK_ATTEMPTS = 4
+OPENING_ROLES = ("system", "developer")
+"""A derived session id takes these leading messages and the first after them: the system prompt alone is shared."""
 MIN_SLACK = 64
 """Tokens the budget may grow by before it is asked for anew (or a hundredth of it, when more)."""
 
@@ -58,12 +60,16 @@ class Proxy:
         self._compacted(event.session_id)
 
     def session_of(self, adapter: Adapter, request: Request, seen: Seen) -> str:
-        """An id derived from the conversation's opening (its system prompt and first message, without cache
-        markers): the same for every request of one conversation."""
+        """An id derived from the conversation's opening (its system prompt, its leading system or developer
+        messages and the first message after them, without cache markers): the same for every request of one
+        conversation."""
         values = request.values[adapter.conversation_key]
-        first = seen.values[0] if seen.values else values[0] if isinstance(values, list) and values else values
+        elements = seen.values or (values if isinstance(values, list) else [values])
+        count = next((index for index, value in enumerate(elements)
+                      if not (isinstance(value, dict) and value.get("role") in OPENING_ROLES)), len(elements))
+        # Spread: an opening of one message hashes as it did when only the first element was taken.
         opening = json.dumps([adapter.name, request.values.get("system"), request.values.get("instructions"),
-                              first], sort_keys=True, ensure_ascii=False)
+                              *elements[:count + 1]], sort_keys=True, ensure_ascii=False)
         return "proxy-" + unit_id("", opening)[3:19]
 
     async def prepare(self, adapter: Adapter, request: Request, seen: Seen, conversation: Conversation) -> Prepared:
