@@ -215,3 +215,24 @@ async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(
         server.shutdown()
     assert response.status_code == 200 and response.content == ODD_STREAM
     assert "the answer is not recorded" in log
+
+
+async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
+            FakeProvider(responder=lambda request: "answered") as fake:
+        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
+                                                           "leafChunkSize": 2},
+                    "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
+        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1")) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            # Its newest messages alone are over the budget: the proxy asks for a full compaction first.
+            history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else
+                       {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600}
+                       for index in range(7)]
+            reply = await client.messages.create(model="m", max_tokens=5, messages=history,
+                                                 extra_headers={"x-context-sidecar-session": "stuck"})
+            log = proxy.log_text()
+            await asyncio.to_thread(summarizer.wait_for)  # the compaction is there still, waiting on its model
+    assert reply.content[0].text == "answered"  # type: ignore[union-attr]
+    assert fake.model_requests[0].body["messages"] == history  # as the agent sent it
+    assert "forwarded as the agent sent it: the sidecar took over 1s" in log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -11,10 +12,11 @@ from typing import Any
 import attrs
 
 from sidecar import __version__
-from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder
-from sidecar.proxy.conversation import Prepared
+from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder, Request
+from sidecar.proxy.conversation import Conversation, Prepared
 from sidecar.proxy.core import Proxy
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
+from sidecar.proxy.seen import Seen
 from sidecar.proxy.upstream import Upstream, join, response_headers
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,10 @@ AGENT_HEADERS = SESSION_HEADERS[1:]
 """Under these, a request without tools is an agent's side call (a title, a topic), forwarded as it is."""
 UNKNOWN_SESSION = "(unknown)"
 """Where a request is counted whose session could not be told (its preparation failed)."""
+PREPARE_TIMEOUT = 60.0
+"""Seconds the sidecar may take over a request before it goes upstream as the agent sent it: a full compaction of a
+long session by an LLM summarizer usually fits, and the agents' own timeouts (the SDKs' 10 minutes, Codex's 5
+minutes of an idle stream) are far off."""
 JSON = [("content-type", "application/json")]
 SERVER_NAME = "context-sidecar proxy"
 
@@ -45,13 +51,14 @@ class App:
     """Serves the agent's requests."""
 
     def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, adapters: dict[str, Adapter],
-                 storage: str | None = None) -> None:
+                 storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT) -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.upstreams = upstreams
         self.adapters = adapters
         """By route: ``POST <path>`` → the adapter of that API."""
         self.storage = storage
+        self.prepare_timeout = prepare_timeout
         self.port: int | None = None
 
     async def handle(self, request: HttpRequest, responder: Responder) -> None:
@@ -82,7 +89,8 @@ class App:
         await self.forward(request, responder, adapter, prepared, prepared.body if prepared else request.body)
 
     async def prepare(self, adapter: Adapter, request: HttpRequest) -> Prepared:
-        """Read the body and let the core store and assemble it, the agent's conversation locked meanwhile."""
+        """Read the body and let the core store and assemble it, within ``prepare_timeout`` (else the request goes
+        upstream as the agent sent it)."""
         parsed, seen = self.proxy.reader.read(adapter, request.body)
         name, header = next(((name, value) for name in SESSION_HEADERS if (value := request.header(name))),
                             (None, None))
@@ -91,8 +99,22 @@ class App:
             # Claude Code's title and topic calls carry its session id but no tools: not the agent's conversation.
             self.proxy.stats.side(conversation.session_id)
             return Prepared(request.body, conversation, None, parsed.stream)
+        work = asyncio.ensure_future(self._locked(adapter, request.path, parsed, seen, conversation))
+        done, _ = await asyncio.wait((work,), timeout=self.prepare_timeout)
+        if work in done:
+            return work.result()
+        # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
+        work.add_done_callback(lambda task: task.cancelled() or task.exception())
+        log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
+                    conversation.session_id, self.prepare_timeout)
+        self.proxy.stats.unmanaged(conversation.session_id, len(request.body))
+        return Prepared(request.body, conversation, None, parsed.stream)
+
+    async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
+                      conversation: Conversation) -> Prepared:
+        """The core's preparation, the agent's conversation locked meanwhile."""
         async with conversation.lock:
-            if request.path.endswith("/count_tokens"):
+            if path.endswith("/count_tokens"):
                 return await self.proxy.count(adapter, parsed, seen, conversation)
             return await self.proxy.prepare(adapter, parsed, seen, conversation)
 

@@ -31,6 +31,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
                         help="where OpenAI Responses and Chat Completions requests go, with its version "
                              "(default https://api.openai.com/v1)")
+    parser.add_argument("--prepare-timeout", type=float, default=None, metavar="SECONDS",
+                        help="how long the sidecar may take over a request (storing, assembling, a compaction) "
+                             "before it goes upstream as the agent sent it (default 60)")
     parser.add_argument("--no-share", dest="share", action="store_false", default=True,
                         help="the sidecar opens the database itself instead of sharing it through its host")
 
@@ -76,12 +79,13 @@ class ProxyOptions:
     anthropic_upstream: str | None = None
     openai_upstream: str | None = None
     share: bool = True
+    prepare_timeout: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyOptions:
         """From parsed command-line options."""
         return cls(args.port, getattr(args, "db", None), args.settings, args.anthropic_upstream,
-                   args.openai_upstream, args.share)
+                   args.openai_upstream, args.share, args.prepare_timeout)
 
 
 @contextlib.asynccontextmanager
@@ -92,7 +96,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     from sidecar.proxy.adapters.anthropic import AnthropicAdapter
     from sidecar.proxy.adapters.chat import ChatAdapter
     from sidecar.proxy.adapters.responses import ResponsesAdapter
-    from sidecar.proxy.app import App, Upstreams
+    from sidecar.proxy.app import PREPARE_TIMEOUT, App, Upstreams
     from sidecar.proxy.core import Proxy
     from sidecar.proxy.http import start_server
     from sidecar.proxy.stats import Stats
@@ -113,7 +117,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
     app = App(Proxy(client, settings, Stats()), upstream, upstreams, adapters,
-              client.capabilities.get("storage"))
+              client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT)
     try:
         server = await start_server(app.handle, HOST, options.port)
     except BaseException:
