@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import anthropic
 
 from sidecar.testing import FakeProvider
+from sidecar.tools.wrap_command import codex_provider
 from tests.helpers.proxy import running_proxy
 
 
@@ -55,3 +58,59 @@ def test_wrap_an_agent_that_is_not_on_path_exits_127(tmp_path: Path) -> None:
     result = cli("wrap", "--port", "0", "--db", str(tmp_path / "w.duckdb"), "--log-file", str(tmp_path / "log"),
                  "claude", "--", "-p", "hi", env=env)
     assert result.returncode == 127 and "claude is not on PATH" in result.stderr
+
+
+def fake_claude(directory: Path) -> Path:
+    """A `claude` on PATH that asks its base URL (ANTHROPIC_BASE_URL, as Claude Code takes it) once and prints the
+    answer."""
+    script = directory / "claude"
+    script.write_text(f"#!{sys.executable}\n"
+                      "import anthropic\n"
+                      "reply = anthropic.Anthropic(api_key='gateway-token', max_retries=0).messages.create(\n"
+                      "    model='m', max_tokens=5, messages=[{'role': 'user', 'content': 'hi'}],\n"
+                      "    extra_headers={'x-context-sidecar-session': 'wrapped'})\n"
+                      "print(reply.content[0].text)\n")
+    script.chmod(0o755)
+    return script
+
+
+def wrap_env(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {**os.environ, "PATH": os.pathsep.join([str(tmp_path), os.environ["PATH"]]), "HOME": str(tmp_path),
+            "NO_PROXY": "127.0.0.1,localhost", **more}
+
+
+def test_wrap_sends_the_agent_s_requests_to_its_own_base_url(tmp_path: Path) -> None:
+    fake_claude(tmp_path)
+    with FakeProvider(responder=lambda request: "from the gateway", api_key="gateway-token") as gateway:
+        result = cli("wrap", "--port", "0", "--db", str(tmp_path / "w.duckdb"), "--log-file",
+                     str(tmp_path / "log"), "claude", env=wrap_env(tmp_path, ANTHROPIC_BASE_URL=gateway.url))
+        assert result.returncode == 0, result.stderr + (tmp_path / "log").read_text()
+        assert result.stdout.strip() == "from the gateway"  # the gateway took the agent's token
+        assert len(gateway.model_requests) == 1
+
+
+async def test_wrap_uses_a_running_proxy_only_when_it_has_the_same_database_and_upstream(tmp_path: Path) -> None:
+    fake_claude(tmp_path)
+    with FakeProvider(responder=lambda request: "ok") as fake:
+        upstream = fake.url
+        async with running_proxy(tmp_path, upstream) as proxy:
+            port = proxy.url.rsplit(":", 1)[1]
+
+            def wrap(*options: str, **env: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run([sys.executable, "-m", "sidecar", "wrap", "--port", port, *options, "claude"],
+                                      capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                      env=wrap_env(tmp_path, **env))
+
+            same = await asyncio.to_thread(wrap, "--db", "proxy.duckdb", ANTHROPIC_BASE_URL=fake.url)
+            elsewhere = await asyncio.to_thread(wrap, "--anthropic-upstream", "http://127.0.0.1:9")
+    assert same.returncode == 0 and same.stdout.strip() == "ok", same.stderr  # the same database, named otherwise
+    assert elsewhere.returncode == 2
+    assert f"sends anthropic requests to {upstream}, not http://127.0.0.1:9" in elsewhere.stderr
+
+
+def test_codex_s_built_in_provider_keeps_its_login(tmp_path: Path) -> None:
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "auth.json").write_text("{}")
+    base, provider = codex_provider({"HOME": str(tmp_path), "OPENAI_BASE_URL": "https://gateway.example/v1"})
+    assert base == "https://gateway.example/v1"
+    assert provider == {"name": "OpenAI", "requires_openai_auth": True}

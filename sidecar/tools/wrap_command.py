@@ -73,7 +73,10 @@ def codex_provider(env: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
     name = config.get("model_provider") or "openai"
     provider = dict((config.get("model_providers") or {}).get(name) or {})
     if not provider and name == "openai":
-        provider = {"env_key": "OPENAI_API_KEY"}
+        # The built-in provider's fields: `codex login` (auth.json) or, without it, the key in the environment.
+        provider = {"name": "OpenAI", "requires_openai_auth": True, "base_url": env.get("OPENAI_BASE_URL") or None}
+        if not (home / "auth.json").exists() and env.get("OPENAI_API_KEY"):
+            provider["env_key"] = "OPENAI_API_KEY"
     return provider.pop("base_url", None), provider
 
 
@@ -102,6 +105,9 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
         args = args[1:]
     env = dict(os.environ)
     provider: dict[str, Any] = {}
+    # The agent's own base URL (a gateway, say) is where its requests went: the proxy sends them there.
+    if agent == "claude" and options.anthropic_upstream is None and env.get("ANTHROPIC_BASE_URL"):
+        options.anthropic_upstream = env["ANTHROPIC_BASE_URL"]
     if agent == "codex":
         base, provider = codex_provider(env)
         if options.openai_upstream is None and base:
@@ -110,9 +116,10 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
     async def main() -> int:
         found = running_proxy(options.port)
         if found is not None:
-            if options.db is not None and found.get("storage") != options.db:
-                print(f"context-sidecar wrap: the proxy on port {options.port} uses {found.get('storage')}, not "
-                      f"{options.db}; stop it or choose another --port", file=sys.stderr)
+            problem = mismatch(found, options, agent)
+            if problem:
+                print(f"context-sidecar wrap: the proxy on port {options.port} {problem}; stop it or choose another "
+                      "--port", file=sys.stderr)
                 return 2
             return await run_agent(agent, args, f"http://{HOST}:{options.port}", env, provider)
         if not port_given:
@@ -129,6 +136,22 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
         print(f"context-sidecar wrap: cannot listen on {HOST}:{options.port}: {error.strerror or error}",
               file=sys.stderr)
         return 1
+
+
+def mismatch(found: dict[str, Any], options: ProxyOptions, agent: str) -> str | None:
+    """How a running proxy differs from the one this run asks for (its database, the agent's upstream), if it does."""
+    from sidecar.config.sockets import database_key
+    from sidecar.proxy.app import ANTHROPIC_UPSTREAM, OPENAI_UPSTREAM
+
+    storage = found.get("storage")
+    if options.db is not None and not (isinstance(storage, str) and database_key(storage) == database_key(options.db)):
+        return f"uses {storage}, not {options.db}"
+    kind, wanted = ("anthropic", options.anthropic_upstream or ANTHROPIC_UPSTREAM) if agent == "claude" else \
+        ("openai", options.openai_upstream or OPENAI_UPSTREAM)
+    theirs = (found.get("upstreams") or {}).get(kind)
+    if not isinstance(theirs, str) or theirs.rstrip("/") != wanted.rstrip("/"):
+        return f"sends {kind} requests to {theirs}, not {wanted}"
+    return None
 
 
 def _taken(port: int) -> bool:
