@@ -94,8 +94,9 @@ class SidecarClient:
                     settings: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                     capabilities: dict[str, Any] | None = None, will_compact: WillCompactHook | None = None,
                     stderr: int | str | os.PathLike[str] | IO[Any] | None = None,
-                    timeout: float = 30.0) -> SidecarClient:
-        """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path."""
+                    timeout: float = 30.0, new_session: bool = False) -> SidecarClient:
+        """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path;
+        ``new_session``: in a session of its own, out of the terminal's reach (Ctrl-C does not stop it)."""
         argv = list(command or [sys.executable, "-m", "sidecar"])
         if db is not None:
             argv += ["--db", db]
@@ -103,7 +104,8 @@ class SidecarClient:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=log_file or stderr, env=env, limit=STREAM_LIMIT)  # type: ignore[arg-type]
+                stderr=log_file or stderr, env=env, limit=STREAM_LIMIT,  # type: ignore[arg-type]
+                start_new_session=new_session)
         finally:
             if log_file is not None:
                 log_file.close()  # the child holds its own descriptor

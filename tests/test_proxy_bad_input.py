@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -236,3 +238,28 @@ async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tm
     assert reply.content[0].text == "answered"  # type: ignore[union-attr]
     assert fake.model_requests[0].body["messages"] == history  # as the agent sent it
     assert "forwarded as the agent sent it: the sidecar took over 1s" in log
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a process's children from /proc")
+async def test_the_sidecar_process_is_out_of_the_terminal_s_reach_and_replaced_when_it_dies(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "ok") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            headers = {"x-context-sidecar-session": "survives"}
+            history = [user("<<first>>")]
+            await client.messages.create(model="m", max_tokens=5, messages=history, extra_headers=headers)
+            [sidecar_pid] = children(proxy.process.pid)
+            own_session = os.getsid(sidecar_pid) != os.getsid(proxy.process.pid)  # Ctrl-C's group is not its
+            os.kill(sidecar_pid, signal.SIGKILL)
+            history += [{"role": "assistant", "content": "ok"}, user("<<second>>")]
+            await client.messages.create(model="m", max_tokens=5, messages=history, extra_headers=headers)
+            async with reader(proxy.db) as sidecar:
+                stored = await sidecar.grep("survives", "<<second>>", scope="messages")
+            log = proxy.log_text()
+    assert own_session
+    assert len(stored.matches) == 1, log  # the request after the kill was stored: managed again
+    assert "the sidecar process is gone: starting another" in log

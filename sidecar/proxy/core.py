@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from protocol import errors as codes
@@ -45,7 +45,8 @@ MIN_SLACK = 64
 class Proxy:
     """The sidecar's side of every request: one connection to the host, shared by all requests."""
 
-    def __init__(self, client: SidecarClient, settings: Settings, stats: Stats) -> None:
+    def __init__(self, client: SidecarClient, settings: Settings, stats: Stats,
+                 respawn: Callable[[], Awaitable[SidecarClient]] | None = None) -> None:
         self.client = client
         self.settings = settings
         self.stats = stats
@@ -53,7 +54,25 @@ class Proxy:
         self.reader = Reader()
         self._unknown_models: set[str] = set()
         self.answers = Answers(client, stats)
+        self._respawn = respawn
+        self._respawning = asyncio.Lock()
         client.on_compact(self._on_compact)
+
+    async def connected(self) -> None:
+        """Another sidecar process when the one in use is gone (killed, crashed), so that requests are managed
+        again; its branches ask the host for their whole context next."""
+        if not self.client.closed or self._respawn is None:
+            return
+        async with self._respawning:
+            if not self.client.closed:
+                return
+            log.warning("the sidecar process is gone: starting another")
+            client = await self._respawn()
+            client.on_compact(self._on_compact)
+            self.client = self.answers.client = client
+            for conversation in self.conversations.all():
+                for branch in conversation.branches:
+                    branch.forget_prompt()
 
     def _on_compact(self, event: t.DidCompactParams) -> None:
         self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
@@ -83,6 +102,7 @@ class Proxy:
             return Prepared(body, conversation, None, request.stream)
         budget = self.budget(request)
         try:
+            await self.connected()
             sent = await self._ahead(adapter, request, conversation, seen, budget)
             if sent is not None:
                 branch, forwarded = sent
@@ -127,6 +147,7 @@ class Proxy:
             return Prepared(body, conversation, None)
         await checked(branch)
         try:
+            await self.connected()
             forwarded = await self._assembled(adapter, request, branch, self.budget(request), None,
                                               seen.units[common:], seen.ids[common:])
         except Exception as error:  # the host's, or the sidecar's own

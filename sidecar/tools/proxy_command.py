@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +106,17 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     for problem in problems:
         log.warning("--settings: %s", problem)
     command = [sys.executable, "-m", "sidecar", *([] if options.share else ["--no-share"])]
-    # Each ingest's reply holds the session's usage: no context/didChangeUsage besides.
-    client = await SidecarClient.spawn(command, db=options.db, settings=options.settings,
-                                       capabilities={"usageNotifications": False})
+    # Its stderr goes to the proxy's log file, if there is one; in a session of its own, Ctrl-C on the terminal
+    # (which wrap leaves to the agent) does not stop it.
+    log_file = next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)),
+                    None)
+
+    def spawn() -> Awaitable[SidecarClient]:
+        # Each ingest's reply holds the session's usage: no context/didChangeUsage besides.
+        return SidecarClient.spawn(command, db=options.db, settings=options.settings, stderr=log_file,
+                                   capabilities={"usageNotifications": False}, new_session=True)
+
+    client = await spawn()
     upstream = Upstream()
     anthropic = AnthropicAdapter()
     adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
@@ -116,7 +124,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     upstreams = Upstreams()
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
-    app = App(Proxy(client, settings, Stats()), upstream, upstreams, adapters,
+    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, adapters,
               client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT)
     try:
         server = await start_server(app.handle, HOST, options.port)
@@ -131,7 +139,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
         server.close()
         await app.proxy.settle()
         await upstream.close()
-        await client.close()
+        await app.proxy.client.close()
 
 
 def run_proxy(options: ProxyOptions) -> int:
