@@ -15,6 +15,7 @@ import anthropic
 import httpx2
 import pytest
 
+from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
 from tests.helpers.proxy import reader, running_proxy
@@ -263,3 +264,14 @@ async def test_the_sidecar_process_is_out_of_the_terminal_s_reach_and_replaced_w
     assert own_session
     assert len(stored.matches) == 1, log  # the request after the kill was stored: managed again
     assert "the sidecar process is gone: starting another" in log
+
+
+def test_a_path_always_finds_a_session_name_however_many_branches_are_known() -> None:
+    conversation = Conversation("agent")
+    ids = ["px-aaaaaaaaaaaa", "px-bbbbbbbbbbbb"]
+    names = []
+    for taken in range(6):
+        name = conversation.fork_name(ids, taken)
+        conversation.branch(name)  # each failed attempt leaves its branch known
+        names.append(name)
+    assert len(set(names)) == 6 and names[0] == "agent"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,8 +117,9 @@ class Conversation:
         known = {branch.session_id for branch in self.branches}
         opening = f"{self.session_id}~{ids[0][3:11]}" if ids else f"{self.session_id}~empty"
         last = f"{self.session_id}~{ids[-1][3:11]}" if ids else opening
-        names = [self.session_id, opening, last, *(f"{last}-{number}" for number in range(2, taken + 3))]
-        return [name for name in dict.fromkeys(names) if name not in known][taken]
+        names = itertools.chain((self.session_id, opening, last), (f"{last}-{number}" for number in itertools.count(2)))
+        unused = (name for name in dict.fromkeys(itertools.islice(names, len(known) + taken + 3)) if name not in known)
+        return next(itertools.islice(unused, taken, None))
 
 
 @attrs.define

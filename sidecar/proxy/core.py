@@ -194,8 +194,11 @@ class Proxy:
             try:
                 last = await _stored(await self._send_ingest(adapter, request, branch, units, ids, start, after),
                                      after)
-            except SidecarRequestError as error:
-                if error.code != codes.CONVERSATION_MOVED:
+            except Exception as error:
+                if not isinstance(error, SidecarRequestError) or error.code != codes.CONVERSATION_MOVED:
+                    if not branch.ids and branch in conversation.branches:
+                        # Made for this path and still empty: the next request tries the same session again.
+                        conversation.branches.remove(branch)
                     raise
                 newest = (error.data or {}).get("lastId")
                 found = split_part_id(newest) if isinstance(newest, str) else None
