@@ -112,3 +112,21 @@ async def test_a_reasoning_item_whose_call_is_left_out_is_left_out_with_it(tmp_p
     # The call without an output is left out, and the reasoning that led to it with it (the API refuses one alone).
     assert sent == [("message", None), ("reasoning", "rs_1"), ("function_call", "fc_1"),
                     ("function_call_output", None), ("message", None)]
+
+
+async def test_a_restarted_proxy_renders_what_the_request_holds_without_reading_it_back(tmp_path: Path) -> None:
+    history = [user("<<opening>> fix the parser")]
+    with FakeProvider(responder=lambda request: "done") as fake:
+        for run in range(2):
+            async with running_proxy(tmp_path, fake.url) as proxy:
+                client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+                for step in range(3 if run == 0 else 1):
+                    reply = await client.messages.create(model="m", max_tokens=5, messages=history, tools=TOOLS,
+                                                         extra_headers={"x-context-sidecar-session": "again"})
+                    history += [{"role": "assistant", "content": reply.content[0].text},  # type: ignore[union-attr]
+                                user(f"run {run} step {step} goes on")]
+                log = proxy.log_text()
+        async with reader(tmp_path / "proxy.duckdb") as sidecar:
+            sessions = {s.session_id: s.messages for s in (await sidecar.sessions()).sessions}
+    assert sessions == {"again": len(history) - 1}  # found again: each message once
+    assert "read back from memory" not in log  # the second run's request held every message it rendered

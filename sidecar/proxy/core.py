@@ -206,6 +206,7 @@ class Proxy:
                 if index >= 0 and newest == self._last_part(adapter, units[index], ids[index]):
                     # The session holds this path up to there (stored by an earlier run, or another proxy).
                     branch.ids, branch.last, start, after = ids[:index + 1], newest, index + 1, newest
+                    branch.units.update(zip(ids[:start], units[:start], strict=True))  # rendered without expand
                     branch.forget_prompt()
                     continue
                 log.info("session %s holds another conversation (its newest message %r): this one is stored as a "

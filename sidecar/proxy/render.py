@@ -80,6 +80,7 @@ async def _render(client: SidecarClient, adapter: Adapter, branch: Branch, items
         group.clear()
         members = 0
 
+    known = len(branch.units)
     for context_item, message in zip(items, messages, strict=True):
         item = Item(context_item.kind, context_item.id, message, bool(context_item.pruned))
         parsed = split_part_id(item.id) if item.kind == "message" else None
@@ -91,6 +92,8 @@ async def _render(client: SidecarClient, adapter: Adapter, branch: Branch, items
         group.append(item)
         members += 1
     flush()
+    if len(branch.units) > known:  # one round trip each: only messages the agent's requests do not hold
+        log.info("session %s: %d originals read back from memory", branch.session_id, len(branch.units) - known)
     return elements, ends
 
 
