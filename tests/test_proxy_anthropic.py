@@ -222,3 +222,27 @@ async def test_a_compaction_another_client_makes_reaches_the_agent_s_next_reques
     for index in range(after[0] + 1, 16):  # from then on each request repeats the one before it
         before, now = messages_of(fake.model_requests[index - 1].raw), messages_of(fake.model_requests[index].raw)
         assert now[:len(before)] == before
+
+
+async def test_count_tokens_counts_the_context_the_next_request_sends_and_changes_nothing(tmp_path: Path) -> None:
+    with FakeProvider(responder=lambda request: "done") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+            headers = {"x-context-sidecar-session": "counted"}
+            history: list[Any] = [{"role": "user", "content": "<<one>> fix the parser"}]
+            for step in range(2):
+                reply = await client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=history,
+                                                     extra_headers=headers)
+                history += [{"role": "assistant", "content": reply.content[0].text},  # type: ignore[union-attr]
+                            {"role": "user", "content": f"<<{step}>> go on"}]
+            # Another model, another window: were the count the branch's, its budget (and prefix) would move.
+            counted = await client.messages.count_tokens(model="claude-3-haiku-20240307", messages=history,
+                                                         extra_headers=headers)
+            await client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=history,
+                                         extra_headers=headers)
+            async with reader(proxy.db) as sidecar:
+                listed = {s.session_id: s.messages for s in (await sidecar.sessions()).sessions}
+    count = next(r for r in fake.requests if r.api == "count_tokens")
+    assert counted.input_tokens > 0
+    assert messages_of(count.raw) == messages_of(fake.model_requests[-1].raw)  # what was counted was sent
+    assert listed == {"counted": 6}  # nothing stored by the count

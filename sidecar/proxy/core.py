@@ -26,7 +26,7 @@ from sidecar.proxy import ahead
 from sidecar.proxy.adapters.base import Adapter, Request, Unit, part_id, sidecar_messages, split_part_id, unit_id
 from sidecar.proxy.answers import SETTLE_SECONDS, Answers
 from sidecar.proxy.conversation import Branch, Conversation, Conversations, Prepared, checked
-from sidecar.proxy.render import render_context, spliced, unit_elements
+from sidecar.proxy.render import render_context, render_items, spliced, unit_elements
 from sidecar.proxy.seen import Reader, Seen
 from sidecar.proxy.stats import Stats
 from sidecar.wire import structure, unstructure
@@ -139,8 +139,9 @@ class Proxy:
         return branch, self._finish(adapter, request, planned.elements, planned.ends, planned.breakpoints)
 
     async def count(self, adapter: Adapter, request: Request, seen: Seen, conversation: Conversation) -> Prepared:
-        """count_tokens, nothing stored: the body with the context that would be sent when a branch holds the
-        conversation so far (its new messages added as they are), else as the agent sent it."""
+        """count_tokens, nothing stored and the branch unchanged: the body with the context that would be sent
+        when a branch holds the conversation so far (its new messages added as they are), else as the agent sent
+        it."""
         body = request.body.raw
         branch, common = conversation.best(seen.ids)
         if not seen.units or branch is None or not branch.ids or common != len(branch.ids):
@@ -148,8 +149,19 @@ class Proxy:
         await checked(branch)
         try:
             await self.connected()
-            forwarded = await self._assembled(adapter, request, branch, self.budget(request), None,
-                                              seen.units[common:], seen.ids[common:])
+            since = branch.ids[branch.covered:]
+            stored = [unit for uid in since if (unit := branch.units.get(uid)) is not None]
+            if branch.elements and len(stored) == len(since):
+                # The prompt kept from the previous request, and what was stored since: no host call.
+                elements, more = list(branch.elements), list(zip(stored, since, strict=True))
+            else:  # asked for outside the branch's kept prompt, which stays as it is
+                budget = branch.asked if branch.asked is not None else math.floor(self.budget(request) / branch.scale)
+                result = await self.client.assemble(branch.session_id, budget=budget)
+                (elements, _), more = await render_items(self.client, adapter, branch, result.items,
+                                                         result.messages), []
+            for unit, uid in [*more, *zip(seen.units[common:], seen.ids[common:], strict=True)]:
+                elements += unit_elements(adapter, unit, uid)
+            forwarded = self._finish(adapter, request, elements, (), ())
         except Exception as error:  # the host's, or the sidecar's own
             log.warning("session %s: count_tokens forwarded as sent (%s: %s)", conversation.session_id,
                         type(error).__name__, error)

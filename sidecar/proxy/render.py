@@ -27,10 +27,10 @@ async def render_context(client: SidecarClient, adapter: Adapter, branch: Branch
     keep = result.keep or 0 if result.delta else 0
     if keep and len(branch.ends) >= keep:
         cut = branch.ends[keep - 1] + 1  # a unit's parts are stored together: no group spans the cut
-        more, more_ends = await _render(client, adapter, branch, branch.items[keep:], branch.messages[keep:])
+        more, more_ends = await render_items(client, adapter, branch, branch.items[keep:], branch.messages[keep:])
         elements, ends = branch.elements[:cut] + more, branch.ends[:keep] + [end + cut for end in more_ends]
     else:
-        elements, ends = await _render(client, adapter, branch, branch.items, branch.messages)
+        elements, ends = await render_items(client, adapter, branch, branch.items, branch.messages)
     branch.elements, branch.ends = list(elements), list(ends)
     return elements, ends
 
@@ -51,8 +51,8 @@ def spliced(request: Request, elements: Sequence[bytes]) -> bytes:
     return b"".join((view[:start], b"[", b",".join(elements), b"]", view[end:]))
 
 
-async def _render(client: SidecarClient, adapter: Adapter, branch: Branch, items: Sequence[ContextItem],
-                  messages: Sequence[dict[str, Any]]) -> tuple[list[bytes], list[int]]:
+async def render_items(client: SidecarClient, adapter: Adapter, branch: Branch, items: Sequence[ContextItem],
+                       messages: Sequence[dict[str, Any]]) -> tuple[list[bytes], list[int]]:
     """The elements of the assembled context, and for each item the index of its group's last element."""
     elements: list[bytes] = []
     ends: list[int] = []
