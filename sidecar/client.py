@@ -96,7 +96,7 @@ class SidecarClient:
                     stderr: int | str | os.PathLike[str] | IO[Any] | None = None,
                     timeout: float = 30.0) -> SidecarClient:
         """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path."""
-        argv = list(command or [sys.executable, "-m", "sidecar"])
+        argv = list(command or [sys.executable, "-P", "-m", "sidecar"])
         if db is not None:
             argv += ["--db", db]
         log_file = open(stderr, "ab") if isinstance(stderr, (str, os.PathLike)) else None  # noqa: SIM115

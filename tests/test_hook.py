@@ -214,6 +214,16 @@ async def test_post_compact_records_claude_codes_summary_once(tmp_path, workspac
     assert "PostCompact: session cc-sess: Claude Code's summary already recorded as" in text
 
 
+def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_ours(tmp_path, workspace, runtime):
+    (workspace / "protocol.py").write_text('raise SystemExit("the workspace\'s protocol.py was imported")\n')
+    (workspace / "sidecar").mkdir()
+    (workspace / "sidecar" / "__init__.py").write_text('raise SystemExit("the workspace\'s sidecar was imported")\n')
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    run = hook(payload("PreCompact", workspace, path, trigger="manual", custom_instructions=None), db, runtime, log)
+    assert (run.code, run.stdout, run.stderr) == (0, "", "")  # the hook works in the workspace, where it chdirs
+
+
 def test_post_compact_without_a_summary_exits_0_with_one_line(tmp_path, workspace, runtime):
     path = transcript(tmp_path / f"{SESSION}.jsonl")
     run = hook(payload("PostCompact", workspace, path, trigger="auto"), tmp_path / "m.duckdb", runtime,

@@ -103,3 +103,22 @@ async def test_a_cancelled_call_gets_no_reply_and_the_server_serves_on(
     assert "PLATYPUS-8" in after
     assert not [m for m in mcp.received if isinstance(m, dict) and m.get("id") == "slow"]
     assert "cancelling request \"slow\": the user pressed Esc" in log.read_text()
+
+
+def shadowing(path: Path) -> Path:
+    """A workspace whose own top-level ``protocol`` and ``sidecar`` would break ours if imported instead."""
+    path.mkdir(exist_ok=True)
+    (path / "protocol.py").write_text('raise SystemExit("the workspace\'s protocol.py was imported")\n')
+    (path / "sidecar").mkdir()
+    (path / "sidecar" / "__init__.py").write_text('raise SystemExit("the workspace\'s sidecar was imported")\n')
+    return path
+
+
+async def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_ours(
+        tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    await two_workspaces(db, tmp_path)
+    async with mcp_server(db, runtime, shadowing(tmp_path / "ws-a")) as mcp:
+        await mcp.initialize()
+        found = await mcp.text("memory_grep", {"pattern": "PLATYPUS"})
+    assert "PLATYPUS" in found

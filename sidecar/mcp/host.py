@@ -160,7 +160,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 def sidecar_command(log_file: str | None, verbose: int) -> list[str]:
     """The ``context-sidecar`` the client spawns: this interpreter, logging where this server logs."""
-    command = [sys.executable, "-m", "sidecar"]
+    command = [sys.executable, "-P", "-m", "sidecar"]
     if log_file:
         command += ["--log-file", log_file]
     if verbose:

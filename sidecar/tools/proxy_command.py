@@ -101,7 +101,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     settings, problems = read_settings(options.settings)
     for problem in problems:
         log.warning("--settings: %s", problem)
-    command = [sys.executable, "-m", "sidecar", *([] if options.share else ["--no-share"])]
+    command = [sys.executable, "-P", "-m", "sidecar", *([] if options.share else ["--no-share"])]
     # Each ingest's reply holds the session's usage: no context/didChangeUsage besides.
     client = await SidecarClient.spawn(command, db=options.db, settings=options.settings,
                                        capabilities={"usageNotifications": False})

@@ -14,7 +14,8 @@ from typing import Any
 
 WAIT = 60.0
 """Seconds to wait for any one answer (a cold host opens DuckDB on a busy machine)."""
-MCP = [sys.executable, "-m", "sidecar", "mcp"]
+MCP = [sys.executable, "-P", "-m", "sidecar", "mcp"]
+"""As the ``context-sidecar`` script starts it: the working directory (the agent's workspace) is not on sys.path."""
 
 
 class McpClient:
