@@ -96,11 +96,12 @@ class HostLink:
                 log.info("the host has no %s: earlier agent sessions are not imported", MEMORY_WATCH)
                 self._watched = workspace
                 return
-            previous, self._watched = self._watched, workspace
-            try:
-                if previous is not None:
-                    await client.watch(previous, watch=False)
+            try:  # _watched changes only once the host answered: a failed or cancelled watch is sent again
+                if self._watched is not None:
+                    await client.watch(self._watched, watch=False)
+                    self._watched = None
                 result = await client.watch(workspace)
+                self._watched = workspace
                 log.info("watching %s: %d transcripts", workspace, len(result.transcripts))
             except Exception as error:  # the tools work without it
                 log.warning("%s %s failed: %s", MEMORY_WATCH, workspace, error)

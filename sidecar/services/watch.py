@@ -97,13 +97,20 @@ class WatchService:
         if self.by_owner.get(owner, {}).get(workspace) != key:
             self._release(owner, workspace)
         watch = self.watches.get(key)
+        created = watch is None
         if watch is None:
             watch = self.watches[key] = Watch(key, Scanner(workspace, list(found)))
-            await self._scan(watch)
-            log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
-        watch.owners.add(owner)
+        watch.owners.add(owner)  # before the scan: a watch is never without the connections it is for
         watch.ends_at = None
         self.by_owner.setdefault(owner, {})[workspace] = key
+        if created:
+            try:
+                await self._scan(watch)
+            except BaseException:  # cancelled (or failed) while listing: the request did not happen
+                self._release(owner, workspace)
+                self._start()  # which ends the watch once it lingered, unless another connection asked meanwhile
+                raise
+            log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
         self._start()
         return self.result(watch)
 
