@@ -287,14 +287,18 @@ class McpServer:
             request.set_result(None)
 
     async def workspace(self) -> str:
-        """The client's first root; the working directory without roots or an answer within ROOTS_WAIT."""
+        """The client's first root; the working directory without roots or an answer within ROOTS_WAIT (waited once)."""
         if self.roots is None and self._roots_request is None and self._has_roots():
             self._ask_roots()  # a client that never said initialized
         if self._roots_request is not None and not self._roots_request.done():
-            await asyncio.wait({self._roots_request}, timeout=ROOTS_WAIT)
-            if not self._roots_request.done():
+            request = self._roots_request
+            await asyncio.wait({request}, timeout=ROOTS_WAIT)
+            if not request.done():  # settled: later calls do not wait again; a late answer still applies
                 log.warning("no answer to roots/list within %g s; the workspace is the working directory", ROOTS_WAIT)
-                self.link.set_workspace(self.cwd)
+                if request is self._roots_request:
+                    self.roots = []
+                    self.link.set_workspace(self.cwd)
+                request.set_result(None)
         return self.roots[0] if self.roots else self.cwd
 
     # Tools
