@@ -166,14 +166,16 @@ class WatchService:
 
     @staticmethod
     def _env(given: Mapping[str, str] | None) -> dict[str, str]:
-        """The client's agent variables; this process's for those it did not send."""
+        """The client's agent variables (only this process's HOME besides); this process's without ``env``."""
         own = agent_env()
         if given is None:
             return own
         for name, value in given.items():
             if not isinstance(value, str):
                 raise invalid_params("env values must be strings", f"env.{name}")
-        return {**own, **{name: value for name, value in given.items() if name in ENV_NAMES and value}}
+        # A client sends the variables it has set: one it left out is unset there, not to be taken from here.
+        home = {"HOME": own["HOME"]} if "HOME" in own else {}
+        return {**home, **{name: value for name, value in given.items() if name in ENV_NAMES and value}}
 
     def _release(self, owner: object, workspace: str) -> None:
         key = self.by_owner.get(owner, {}).pop(workspace, None)
