@@ -37,8 +37,8 @@ def test_claude_code_sessions_and_subagents_but_nothing_else(tmp_path: Path) -> 
     project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
     write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
     write(project / "agent-a1.jsonl", {"type": "user", "cwd": str(workspace)})  # 1.x and 2.0 subagents
-    write(project / "s1" / "subagents" / "agent-a2.jsonl", {"type": "user"})  # 2.1
-    write(project / "s1" / "subagents" / "workflows" / "agent-a3.jsonl", {"type": "user"})
+    write(project / "s1" / "subagents" / "agent-a2.jsonl", {"type": "user", "cwd": str(workspace)})  # 2.1
+    write(project / "s1" / "subagents" / "workflows" / "agent-a3.jsonl", {"type": "user", "cwd": str(workspace)})
     write(project / "s1" / "tool-results" / "big.jsonl", {"not": "a transcript"})
     (project / "notes.txt").write_text("not a transcript")
     assert found(workspace, env) == {

@@ -1,8 +1,9 @@
 """Finding a workspace's transcripts: where each agent keeps them, and which of those files are the workspace's.
 
-A Claude Code or pi project directory holds only the workspace's sessions. Codex's dated tree, pi's custom session
-directory and the directories a client names hold every working directory's: there a file is the workspace's when
-the working directory its first lines record is (read once per file). Directories are listed again only when their
+A file is the workspace's when the working directory its first lines record is (read once per file): Codex's dated
+tree, pi's custom session directory and the directories a client names hold every working directory's, and a Claude
+Code or pi project directory is named after its workspace lossily (``foo_bar``, ``foo-bar`` and ``foo.bar`` share
+one), so a file there counts by name only when it records no working directory. Directories are listed again only when their
 modification time changed, so a look costs a stat per directory and no read of what was seen before.
 """
 
@@ -37,6 +38,8 @@ class Source:
     path: Path
     by_cwd: bool
     """Files of other working directories are here too: a file is the workspace's when its recorded cwd is."""
+    named: bool = False
+    """The directory is named after the workspace: a file that records no cwd is the workspace's."""
     pattern: str = "*.jsonl"
     recursive: bool = False
     nested: str | None = None
@@ -45,11 +48,11 @@ class Source:
 
 def sources(workspace: str, env: Mapping[str, str], directories: Sequence[str] = ()) -> list[Source]:
     """Where the workspace's transcripts may be, for a client with environment ``env``."""
-    found = [Source("claude-code", path, by_cwd=len(path.name) > locations.CLAUDE_NAME_LIMIT, recursive=True,
-                    nested="subagents") for path in locations.claude_project_dirs(env, workspace)]
+    found = [Source("claude-code", path, by_cwd=True, named=len(path.name) <= locations.CLAUDE_NAME_LIMIT,
+                    recursive=True, nested="subagents") for path in locations.claude_project_dirs(env, workspace)]
     found.append(Source("codex", locations.codex_sessions_dir(env), by_cwd=True, pattern="rollout-*.jsonl",
                         recursive=True))
-    found += [Source("pi", path, by_cwd=False) for path in locations.pi_session_dirs(env, workspace)]
+    found += [Source("pi", path, by_cwd=True, named=True) for path in locations.pi_session_dirs(env, workspace)]
     custom = locations.pi_custom_session_dir(env)
     if custom is not None:
         found.append(Source("pi", custom, by_cwd=True))
@@ -103,7 +106,7 @@ class Scanner:
                 continue
             state.exists, state.problem = True, None
             for path in listed:
-                if not source.by_cwd or self._belongs(path, source.agent):
+                if not source.by_cwd or self._belongs(path, source.agent, source.named):
                     files.setdefault(path, source.agent)
         return files
 
@@ -146,8 +149,9 @@ class Scanner:
         self._listings[directory] = (mtime, files, subdirectories)
         return files, subdirectories
 
-    def _belongs(self, path: Path, agent: str) -> bool:
-        """Whether the working directory the file records is the workspace (read once per file)."""
+    def _belongs(self, path: Path, agent: str, named: bool) -> bool:
+        """Whether the working directory the file records is the workspace (read once per file); ``named``: a file
+        recording none is."""
         try:
             info = os.stat(path)
         except OSError:
@@ -166,14 +170,15 @@ class Scanner:
                 log.info("%s has no session_meta on its first line: not a rollout of a known workspace; skipped",
                          path)
             self._cwds[key] = None if cwd is None else _key(cwd)
-        return self._cwds[key] == self.workspace
+        return self._cwds[key] == self.workspace or (named and self._cwds[key] is None)
 
 
 def recorded_cwd(path: Path, agent: str) -> tuple[str | None, bool]:
     """The working directory a transcript's first lines record, and whether that is final.
 
     Codex: ``session_meta.cwd`` of the first line (a rollout without it is no workspace's). Claude Code and pi: the
-    first ``cwd`` of the first lines. Not final while the file holds no whole line.
+    first ``cwd`` of the first lines (none when the first is no JSON object). Not final while the whole lines read
+    name no cwd and are fewer than PROBE_LINES.
     """
     head = b""
     try:
@@ -193,8 +198,10 @@ def recorded_cwd(path: Path, agent: str) -> tuple[str | None, bool]:
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError):
-            continue
+            obj = None
         if not isinstance(obj, dict):
+            if index == 0 and agent in ("claude-code", "pi"):
+                return None, True  # no transcript of theirs: it records no cwd, ever
             continue
         if obj.get("type") == "session_meta" and isinstance(obj.get("payload"), dict):
             cwd = obj["payload"].get("cwd")
