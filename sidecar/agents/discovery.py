@@ -3,8 +3,8 @@
 A file is the workspace's when the working directory its first lines record is (read once per file): Codex's dated
 tree, pi's custom session directory and the directories a client names hold every working directory's, and a Claude
 Code or pi project directory is named after its workspace lossily (``foo_bar``, ``foo-bar`` and ``foo.bar`` share
-one), so a file there counts by name only when it records no working directory. Directories are listed again only when their
-modification time changed, so a look costs a stat per directory and no read of what was seen before.
+one), so a file there counts by name only when it records no working directory. Directories are listed again only
+when their modification time changed, so a look costs a stat per directory and no read of what was seen before.
 """
 
 from __future__ import annotations
