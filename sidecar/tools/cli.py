@@ -175,8 +175,8 @@ is written and the exit code is 1. --db PATH is passed on to the server and the 
                        help="write the project's files in DIR (default: this folder) instead of the user config")
     setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
     setup.add_argument("--remove", action="store_true",
-                       help="take out exactly what setup adds (the server, its hooks and permission entries); a "
-                            "file left empty is deleted")
+                       help="take out exactly what setup adds (the server, its hooks and permission entries), "
+                            "and the keys and files it created for them once they are empty")
 
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
