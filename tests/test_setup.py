@@ -316,3 +316,20 @@ def test_a_user_config_emptied_of_ours_stays_when_the_user_had_it(tmp_path):
     assert setup(home, "codex").code == 0
     assert setup(home, "codex", "--remove").code == 0
     assert (home / ".codex" / "config.toml").read_text() == ""
+
+
+def test_codex_keys_the_user_rewrapped_or_commented_keep_their_bytes_when_setup_runs_again(home):
+    assert setup(home, "codex").code == 0
+    path = home / ".codex" / "config.toml"
+    config = tomllib.loads(path.read_text())["mcp_servers"]["context-sidecar"]
+    wrapped = "env_vars = [\n" + "".join(f'    "{name}",\n' for name in config["env_vars"]) + "]  # for the host\n"
+    text = path.read_text()
+    start = text.index("env_vars = [")
+    text = text[:start] + wrapped + text[text.index("\n", start) + 1:]
+    text = text.replace("required = true\n", "required = true  # Codex waits for it\n")
+    path.write_text(text)
+    run = setup(home, "codex", "--db", str(home / "other.duckdb"))  # the args change; nothing else does
+    assert run.code == 0, run.err
+    after = path.read_text()
+    assert wrapped in after and "required = true  # Codex waits for it\n" in after
+    assert tomllib.loads(after)["mcp_servers"]["context-sidecar"]["args"] == ["mcp", "--db", str(home / "other.duckdb")]
