@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,9 +15,12 @@ import attrs
 import pytest
 
 from sidecar.client import SidecarClient
+from sidecar.pytest_plugin import llm_settings
 from sidecar.tools.hook import MAX_CONTEXT_CHARS
 from tests.helpers.hosts import WAIT, short_runtime
 from tests.helpers.transcripts import cc_asst, cc_user, result, text, use, write_jsonl
+from tests.test_mcp_host import gated  # noqa: F401 (a fixture)
+from tests.test_watch_shared import until_logged
 
 SESSION = "cc-sess"
 RULE = "You must run `make check` before every commit."
@@ -222,6 +226,28 @@ def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_o
     path = transcript(tmp_path / f"{SESSION}.jsonl")
     run = hook(payload("PreCompact", workspace, path, trigger="manual", custom_instructions=None), db, runtime, log)
     assert (run.code, run.stdout, run.stderr) == (0, "", "")  # the hook works in the workspace, where it chdirs
+
+
+async def test_post_compact_during_another_compaction_waits_for_it_and_records_the_summary(
+        tmp_path, workspace, runtime, gated):  # noqa: F811 (the fixture imported above)
+    server, gate = gated
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    settings = {**llm_settings(server), "compaction": {"freshTail": 2, "keepRecentTokens": 0}}  # the summarizer runs
+    async with await SidecarClient.spawn(db=str(db), env=env, settings=settings, timeout=WAIT) as client:
+        await client.import_transcript(str(path), format="claude-code")
+        compacting = asyncio.ensure_future(client.compact(SESSION, mode="handoff"))
+        assert await asyncio.to_thread(gate.arrived.wait, WAIT)  # the host is inside that compaction
+        summary = "The cart total is fixed; the tests are next."
+        hooked = asyncio.ensure_future(asyncio.to_thread(
+            hook, payload("PostCompact", workspace, path, trigger="auto", compact_summary=summary), db, runtime, log))
+        await until_logged(log, "waiting for the compaction that is running to end")
+        gate.opened.set()
+        run = await hooked
+        await compacting
+    assert (run.code, run.stdout, run.stderr) == (0, "", "")
+    assert "PostCompact: session cc-sess: Claude Code's summary recorded as" in log.read_text()
 
 
 def test_post_compact_without_a_summary_exits_0_with_one_line(tmp_path, workspace, runtime):
