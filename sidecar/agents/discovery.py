@@ -4,7 +4,8 @@ A file is the workspace's when the working directory its first lines record is (
 tree, pi's custom session directory and the directories a client names hold every working directory's, and a Claude
 Code or pi project directory is named after its workspace lossily (``foo_bar``, ``foo-bar`` and ``foo.bar`` share
 one), so a file there counts by name only when it records no working directory. Directories are listed again only
-when their modification time changed, so a look costs a stat per directory and no read of what was seen before.
+when their modification time changed (or was within RACY_NS of the last listing), so a look costs a stat per
+directory and no read of what was seen before.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import fnmatch
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,6 +29,8 @@ PROBE_LINES = 20
 PROBE_BYTES = 1 << 20
 """Bytes read at most for that (a first prompt with a pasted image can be long)."""
 PROBE_CHUNK = 1 << 16
+RACY_NS = 2_000_000_000
+"""A listing taken less than this after the directory's mtime is not cached (the mtime's granularity may be coarse)."""
 
 
 @attrs.frozen
@@ -137,6 +141,7 @@ class Scanner:
         cached = self._listings.get(directory)
         if cached is not None and cached[0] == mtime:
             return cached[1], cached[2]
+        listed_at = time.time_ns()
         files: list[str] = []
         subdirectories: list[str] = []
         with os.scandir(directory) as entries:
@@ -146,7 +151,10 @@ class Scanner:
                 elif fnmatch.fnmatchcase(entry.name, pattern):
                     files.append(entry.name)
         files.sort()
-        self._listings[directory] = (mtime, files, subdirectories)
+        if listed_at - mtime >= RACY_NS:
+            self._listings[directory] = (mtime, files, subdirectories)
+        else:  # a file made later within the same mtime tick would not change the mtime (git's racy rule)
+            self._listings.pop(directory, None)
         return files, subdirectories
 
     def _belongs(self, path: Path, agent: str, named: bool) -> bool:
