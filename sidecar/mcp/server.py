@@ -90,6 +90,8 @@ class McpServer:
         self._ids = itertools.count(1)  # integer ids: some clients refuse string ids
         self._outgoing: dict[int, Callable[[Any, RequestError | None], None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """Every request under way, batches included (the loop keeps only weak references)."""
 
     # Output
 
@@ -185,6 +187,8 @@ class McpServer:
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any], key: str | None = None) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         if key is not None:
             self._running[key] = task
             task.add_done_callback(lambda _: self._running.pop(key, None))
@@ -351,7 +355,8 @@ class McpServer:
 
     async def close(self) -> None:
         """Cancel what runs, and let go of the host."""
-        for task in list(self._running.values()):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.link.close()
