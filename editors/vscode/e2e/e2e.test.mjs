@@ -48,7 +48,11 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
     await page.keyboard.type('@id:contextSidecar.contextWindow');
     const input = settings.locator('input[aria-label="contextSidecar.contextWindow"]');
     await input.waitFor();
-    await input.fill(String(window));
+    // Typed key by key, not filled in one event: an input event the row gets before its listener is bound (the
+    // tree may render it again as the search settles) is lost, and the setting never written.
+    await input.click();
+    await page.keyboard.press('Control+A');
+    await page.keyboard.type(String(window));
     const status = await statusMatching(pattern);
     await runCommand('View: Close Editor');
     await page.locator('.settings-editor').waitFor({ state: 'detached' });
