@@ -17,10 +17,8 @@ import pytest
 from sidecar.client import SidecarClient
 from sidecar.pytest_plugin import llm_settings
 from sidecar.tools.hook import MAX_CONTEXT_CHARS
-from tests.helpers.hosts import WAIT, short_runtime
+from tests.helpers.hosts import WAIT, short_runtime, until_logged
 from tests.helpers.transcripts import cc_asst, cc_user, result, text, use, write_jsonl
-from tests.test_mcp_host import gated  # noqa: F401 (a fixture)
-from tests.test_watch_shared import until_logged
 
 SESSION = "cc-sess"
 RULE = "You must run `make check` before every commit."
@@ -229,7 +227,7 @@ def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_o
 
 
 async def test_post_compact_during_another_compaction_waits_for_it_and_records_the_summary(
-        tmp_path, workspace, runtime, gated):  # noqa: F811 (the fixture imported above)
+        tmp_path, workspace, runtime, gated):
     server, gate = gated
     db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
     path = transcript(tmp_path / f"{SESSION}.jsonl")

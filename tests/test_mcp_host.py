@@ -6,44 +6,15 @@ import asyncio
 import json
 import os
 import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from sidecar.pytest_plugin import llm_settings
-from sidecar.testing import FakeOpenAIServer, RecordedRequest, Reply
+from sidecar.testing import FakeOpenAIServer
 from tests.conftest import running_sidecar, settings_for
+from tests.helpers.gate import ANSWER, Gate
 from tests.helpers.hosts import host_pid, sock_of
 from tests.helpers.mcp import WAIT, mcp_server
 from tests.helpers.workspaces import two_workspaces
-
-ANSWER = "The hint is PLATYPUS-7 [fact-old]."
-
-
-class Gate:
-    """A fake summarizer whose first answer waits until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.arrived = threading.Event()
-        self.opened = threading.Event()
-        self.count = 0
-
-    def __call__(self, request: RecordedRequest) -> Reply:
-        self.count += 1
-        if self.count == 1:
-            self.arrived.set()
-            self.opened.wait(WAIT)
-        return Reply(text=ANSWER)
-
-
-@pytest.fixture
-def gated() -> Iterator[tuple[FakeOpenAIServer, Gate]]:
-    gate = Gate()
-    with FakeOpenAIServer(responder=gate) as server:
-        yield server, gate
-        gate.opened.set()
 
 
 async def test_a_host_killed_mid_call_is_replaced_and_the_call_answered(
