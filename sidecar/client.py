@@ -97,7 +97,7 @@ class SidecarClient:
                     timeout: float = 30.0, new_session: bool = False) -> SidecarClient:
         """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path;
         ``new_session``: in a session of its own, out of the terminal's reach (Ctrl-C does not stop it)."""
-        argv = list(command or [sys.executable, "-m", "sidecar"])
+        argv = list(command or [sys.executable, "-P", "-m", "sidecar"])
         if db is not None:
             argv += ["--db", db]
         log_file = open(stderr, "ab") if isinstance(stderr, (str, os.PathLike)) else None  # noqa: SIM115

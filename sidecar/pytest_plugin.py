@@ -97,7 +97,7 @@ async def sidecar_factory(sidecar_db: Path, sidecar_settings: dict[str, Any],
     async def spawn(settings: dict[str, Any] | None = None, db: str | os.PathLike[str] | None = None,
                     **kwargs: Any) -> SidecarClient:
         chosen = merge_settings(merge_settings(sidecar_settings, marked), settings or {})
-        client = await SidecarClient.spawn(command=[sys.executable, "-m", "sidecar"],
+        client = await SidecarClient.spawn(command=[sys.executable, "-P", "-m", "sidecar"],
                                            db=str(db if db is not None else sidecar_db), settings=chosen, **kwargs)
         clients.append(client)
         return client

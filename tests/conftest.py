@@ -17,6 +17,8 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
+from sidecar.testing import FakeOpenAIServer
+from tests.helpers.gate import Gate
 from tests.helpers.hosts import short_runtime
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
@@ -169,3 +171,12 @@ async def ingest(client: LanguageClient, session_id: str, messages: list[dict[st
     if session:
         params["session"] = session
     return await call(client, methods.MEMORY_INGEST, params)
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[FakeOpenAIServer, Gate]]:
+    """A fake summarizer server whose first call waits for the test (opened at the end, whatever happened)."""
+    gate = Gate()
+    with FakeOpenAIServer(responder=gate) as server:
+        yield server, gate
+        gate.opened.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from sidecar.agents import locations
@@ -37,8 +38,8 @@ def test_claude_code_sessions_and_subagents_but_nothing_else(tmp_path: Path) -> 
     project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
     write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
     write(project / "agent-a1.jsonl", {"type": "user", "cwd": str(workspace)})  # 1.x and 2.0 subagents
-    write(project / "s1" / "subagents" / "agent-a2.jsonl", {"type": "user"})  # 2.1
-    write(project / "s1" / "subagents" / "workflows" / "agent-a3.jsonl", {"type": "user"})
+    write(project / "s1" / "subagents" / "agent-a2.jsonl", {"type": "user", "cwd": str(workspace)})  # 2.1
+    write(project / "s1" / "subagents" / "workflows" / "agent-a3.jsonl", {"type": "user", "cwd": str(workspace)})
     write(project / "s1" / "tool-results" / "big.jsonl", {"not": "a transcript"})
     (project / "notes.txt").write_text("not a transcript")
     assert found(workspace, env) == {
@@ -101,3 +102,17 @@ def test_directories_named_by_the_client_and_what_their_first_lines_say(tmp_path
     assert sorted(path.name for path in scanner.scan()) == ["half.jsonl", "mine.jsonl"]
     assert recorded_cwd(half, "any") == (str(workspace), True)
     assert recorded_cwd(write(tmp_path / "r.jsonl", {"type": "response_item", "payload": {}}), "codex") == (None, True)
+
+
+def test_a_file_made_in_the_same_mtime_tick_as_the_last_listing_is_found(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {"HOME": str(tmp_path / "home")}
+    project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
+    write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
+    scanner = Scanner(str(workspace), sources(str(workspace), env))
+    assert [path.name for path in scanner.scan()] == ["s1.jsonl"]
+    tick = project.stat().st_mtime_ns
+    write(project / "s2.jsonl", {"type": "user", "cwd": str(workspace)})
+    os.utime(project, ns=(tick, tick))  # as a coarse clock leaves it: the directory's mtime unchanged
+    assert sorted(path.name for path in scanner.scan()) == ["s1.jsonl", "s2.jsonl"]

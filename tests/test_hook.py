@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,8 +15,9 @@ import attrs
 import pytest
 
 from sidecar.client import SidecarClient
+from sidecar.pytest_plugin import llm_settings
 from sidecar.tools.hook import MAX_CONTEXT_CHARS
-from tests.helpers.hosts import WAIT, short_runtime
+from tests.helpers.hosts import WAIT, short_runtime, until_logged
 from tests.helpers.transcripts import cc_asst, cc_user, result, text, use, write_jsonl
 
 SESSION = "cc-sess"
@@ -212,6 +214,38 @@ async def test_post_compact_records_claude_codes_summary_once(tmp_path, workspac
     text = log.read_text()
     assert "PostCompact: session cc-sess: Claude Code's summary recorded as" in text
     assert "PostCompact: session cc-sess: Claude Code's summary already recorded as" in text
+
+
+def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_ours(tmp_path, workspace, runtime):
+    (workspace / "protocol.py").write_text('raise SystemExit("the workspace\'s protocol.py was imported")\n')
+    (workspace / "sidecar").mkdir()
+    (workspace / "sidecar" / "__init__.py").write_text('raise SystemExit("the workspace\'s sidecar was imported")\n')
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    run = hook(payload("PreCompact", workspace, path, trigger="manual", custom_instructions=None), db, runtime, log)
+    assert (run.code, run.stdout, run.stderr) == (0, "", "")  # the hook works in the workspace, where it chdirs
+
+
+async def test_post_compact_during_another_compaction_waits_for_it_and_records_the_summary(
+        tmp_path, workspace, runtime, gated):
+    server, gate = gated
+    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+    path = transcript(tmp_path / f"{SESSION}.jsonl")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    settings = {**llm_settings(server), "compaction": {"freshTail": 2, "keepRecentTokens": 0}}  # the summarizer runs
+    async with await SidecarClient.spawn(db=str(db), env=env, settings=settings, timeout=WAIT) as client:
+        await client.import_transcript(str(path), format="claude-code")
+        compacting = asyncio.ensure_future(client.compact(SESSION, mode="handoff"))
+        assert await asyncio.to_thread(gate.arrived.wait, WAIT)  # the host is inside that compaction
+        summary = "The cart total is fixed; the tests are next."
+        hooked = asyncio.ensure_future(asyncio.to_thread(
+            hook, payload("PostCompact", workspace, path, trigger="auto", compact_summary=summary), db, runtime, log))
+        await until_logged(log, "waiting for the compaction that is running to end")
+        gate.opened.set()
+        run = await hooked
+        await compacting
+    assert (run.code, run.stdout, run.stderr) == (0, "", "")
+    assert "PostCompact: session cc-sess: Claude Code's summary recorded as" in log.read_text()
 
 
 def test_post_compact_without_a_summary_exits_0_with_one_line(tmp_path, workspace, runtime):

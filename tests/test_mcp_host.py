@@ -6,44 +6,15 @@ import asyncio
 import json
 import os
 import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from sidecar.pytest_plugin import llm_settings
-from sidecar.testing import FakeOpenAIServer, RecordedRequest, Reply
+from sidecar.testing import FakeOpenAIServer
 from tests.conftest import running_sidecar, settings_for
+from tests.helpers.gate import ANSWER, Gate
 from tests.helpers.hosts import host_pid, sock_of
 from tests.helpers.mcp import WAIT, mcp_server
 from tests.helpers.workspaces import two_workspaces
-
-ANSWER = "The hint is PLATYPUS-7 [fact-old]."
-
-
-class Gate:
-    """A fake summarizer whose first answer waits until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.arrived = threading.Event()
-        self.opened = threading.Event()
-        self.count = 0
-
-    def __call__(self, request: RecordedRequest) -> Reply:
-        self.count += 1
-        if self.count == 1:
-            self.arrived.set()
-            self.opened.wait(WAIT)
-        return Reply(text=ANSWER)
-
-
-@pytest.fixture
-def gated() -> Iterator[tuple[FakeOpenAIServer, Gate]]:
-    gate = Gate()
-    with FakeOpenAIServer(responder=gate) as server:
-        yield server, gate
-        gate.opened.set()
 
 
 async def test_a_host_killed_mid_call_is_replaced_and_the_call_answered(
@@ -103,3 +74,22 @@ async def test_a_cancelled_call_gets_no_reply_and_the_server_serves_on(
     assert "PLATYPUS-8" in after
     assert not [m for m in mcp.received if isinstance(m, dict) and m.get("id") == "slow"]
     assert "cancelling request \"slow\": the user pressed Esc" in log.read_text()
+
+
+def shadowing(path: Path) -> Path:
+    """A workspace whose own top-level ``protocol`` and ``sidecar`` would break ours if imported instead."""
+    path.mkdir(exist_ok=True)
+    (path / "protocol.py").write_text('raise SystemExit("the workspace\'s protocol.py was imported")\n')
+    (path / "sidecar").mkdir()
+    (path / "sidecar" / "__init__.py").write_text('raise SystemExit("the workspace\'s sidecar was imported")\n')
+    return path
+
+
+async def test_a_workspace_with_its_own_protocol_and_sidecar_modules_does_not_shadow_ours(
+        tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    await two_workspaces(db, tmp_path)
+    async with mcp_server(db, runtime, shadowing(tmp_path / "ws-a")) as mcp:
+        await mcp.initialize()
+        found = await mcp.text("memory_grep", {"pattern": "PLATYPUS"})
+    assert "PLATYPUS" in found

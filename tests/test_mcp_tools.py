@@ -69,6 +69,25 @@ async def test_the_clients_roots_are_the_workspace_and_without_an_answer_the_wor
         assert "PLATYPUS-9" in text and "PLATYPUS-7" not in text and "In session b-only (current;" in text
 
 
+async def test_roots_never_answered_are_waited_for_once_and_a_late_answer_applies(
+        tmp_path: Path, runtime: Path, stored: dict[str, list[str]]) -> None:
+    log = tmp_path / "mcp.log"
+    async with mcp_server(tmp_path / "m.duckdb", runtime, tmp_path / "ws-b", roots=[str(tmp_path / "ws-a")],
+                          log=log) as silent:
+        silent.answer_roots = lambda msg_id: None
+        await silent.initialize()
+        first = await silent.text("memory_grep", {"pattern": "platypus"})
+        second = await silent.text("memory_grep", {"pattern": "platypus"})
+        waited = log.read_text().count("no answer to roots/list within")
+        [asked] = silent.server_requests
+        silent.write(silent.roots_reply(asked["id"]))
+        late = await silent.text("memory_grep", {"pattern": "platypus"})
+    assert waited == 1  # the second call did not wait again
+    for text in (first, second):  # the working directory, ws-b
+        assert "PLATYPUS-9" in text and "PLATYPUS-7" not in text, text
+    assert "PLATYPUS-7" in late and "PLATYPUS-9" not in late, late
+
+
 async def test_the_models_mistakes_are_tool_results_with_is_error(tmp_path: Path, runtime: Path,
                                                                   stored: dict[str, list[str]]) -> None:
     async with mcp_server(tmp_path / "m.duckdb", runtime, tmp_path / "ws-a") as mcp:

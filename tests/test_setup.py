@@ -62,7 +62,7 @@ def setup(home: Path, *args: str, cwd: Path | None = None, **env: str) -> Run:
     """The command as a user runs it, with ``home`` as HOME."""
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME")}
-    environment.update(HOME=str(home), **env)
+    environment.update(HOME=str(home), XDG_STATE_HOME=str(home.parent / "state"), **env)
     done = subprocess.run([sys.executable, "-m", "sidecar", "setup", *args], capture_output=True, text=True,
                           timeout=60, env=environment, cwd=cwd or home, check=False)
     return Run(done.returncode, done.stdout, done.stderr)
@@ -287,3 +287,49 @@ def test_the_db_option_reaches_the_server_and_the_hooks(home, tmp_path):
 def test_a_missing_project_folder_is_refused(home, tmp_path):
     run = setup(home, "codex", "--project", str(tmp_path / "nowhere"))
     assert run.code == 1 and "no folder" in run.err
+
+
+@pytest.mark.parametrize(("name", "original"), [
+    ("settings.json", '{\n  "permissions": {\n    "allow": [],\n    "deny": []\n  }\n}\n'),
+    ("settings.json", '{\n  "hooks": {}\n}\n'),
+    ("settings.json", '{}\n'),
+    ("settings.json", '{"permissions": {"allow": []}, "hooks": {"PreCompact": []}}'),
+    (".claude.json", '{\n  "mcpServers": {}\n}'),
+    (".claude.json", '{"mcpServers": {"x": 1, "x": 2}}'),
+])
+def test_remove_keeps_the_users_own_empty_keys_and_files(tmp_path, name, original):
+    home = tmp_path / "home"
+    path = home / (".claude" if name == "settings.json" else "") / name
+    path.parent.mkdir(parents=True)
+    path.write_text(original)
+    assert setup(home, "claude-code").code == 0
+    assert path.read_text() != original
+    assert setup(home, "claude-code", "--remove").code == 0
+    assert path.read_text() == original
+    assert not (tmp_path / "state" / "context-sidecar").exists(), "the record of what setup made goes with it"
+
+
+def test_a_user_config_emptied_of_ours_stays_when_the_user_had_it(tmp_path):
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "config.toml").write_text("")
+    assert setup(home, "codex").code == 0
+    assert setup(home, "codex", "--remove").code == 0
+    assert (home / ".codex" / "config.toml").read_text() == ""
+
+
+def test_codex_keys_the_user_rewrapped_or_commented_keep_their_bytes_when_setup_runs_again(home):
+    assert setup(home, "codex").code == 0
+    path = home / ".codex" / "config.toml"
+    config = tomllib.loads(path.read_text())["mcp_servers"]["context-sidecar"]
+    wrapped = "env_vars = [\n" + "".join(f'    "{name}",\n' for name in config["env_vars"]) + "]  # for the host\n"
+    text = path.read_text()
+    start = text.index("env_vars = [")
+    text = text[:start] + wrapped + text[text.index("\n", start) + 1:]
+    text = text.replace("required = true\n", "required = true  # Codex waits for it\n")
+    path.write_text(text)
+    run = setup(home, "codex", "--db", str(home / "other.duckdb"))  # the args change; nothing else does
+    assert run.code == 0, run.err
+    after = path.read_text()
+    assert wrapped in after and "required = true  # Codex waits for it\n" in after
+    assert tomllib.loads(after)["mcp_servers"]["context-sidecar"]["args"] == ["mcp", "--db", str(home / "other.duckdb")]

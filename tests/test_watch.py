@@ -286,6 +286,35 @@ async def test_a_workspace_with_no_sessions_and_missing_or_unreadable_directorie
         ("later.jsonl", "any", "following", "cc-later")]
 
 
+async def test_a_variable_the_client_did_not_send_is_unset_not_the_servers(tmp_path: Path, agents: Agents) -> None:
+    hosts_claude = tmp_path / "hosts-claude"  # as when the host was started under another Claude Code
+    directory = hosts_claude / "projects" / claude_project_name(str(agents.workspace))
+    directory.mkdir(parents=True)
+    ClaudeCodeWriter(directory / "cc-other.jsonl", str(agents.workspace), session_id="cc-other").user("not ours")
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(hosts_claude)}
+    async with await SidecarClient.spawn(command=CLI, db=str(tmp_path / "m.duckdb"), env=env,
+                                         timeout=WAIT) as client:
+        watched = await client.watch(str(agents.workspace), env=agents.env)
+    assert watched.transcripts == []
+    claude = [Path(d.path) for d in watched.directories if d.agent == "claude-code"]
+    assert claude == [agents.home / ".claude" / "projects" / claude_project_name(str(agents.workspace))]
+
+
+async def test_workspaces_whose_claude_project_directories_share_a_name_keep_their_own_sessions(
+        client: SidecarClient, agents: Agents, tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "foo_bar", tmp_path / "foo-bar"
+    ours.mkdir()
+    theirs.mkdir()
+    directory = agents.home / ".claude" / "projects" / claude_project_name(str(ours))
+    assert directory.name == claude_project_name(str(theirs))
+    directory.mkdir(parents=True)
+    ClaudeCodeWriter(directory / "cc-ours.jsonl", str(ours), session_id="cc-ours").user("ours")
+    ClaudeCodeWriter(directory / "cc-theirs.jsonl", str(theirs), session_id="cc-theirs").user("theirs")
+    for workspace, session in ((ours, "cc-ours"), (theirs, "cc-theirs")):
+        watched = await client.watch(str(workspace), env=agents.env)
+        assert [t.path for t in watched.transcripts] == [str(directory / f"{session}.jsonl")]
+
+
 async def test_a_codex_rollout_without_session_meta_is_skipped(client: SidecarClient, agents: Agents) -> None:
     agents.codex("nometa", [codex_message("user", "a rollout cut before its meta")])
     agents.codex("empty", [])

@@ -3,7 +3,6 @@ and replayed to a new host by the relay."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from pathlib import Path
@@ -11,15 +10,9 @@ from pathlib import Path
 from protocol import errors as codes
 from protocol import methods
 from sidecar.client import SidecarRequestError
-from tests.test_sharing import CLI, WAIT, host_pid, sock_of, spawn
+from tests.helpers.hosts import until_logged
+from tests.test_sharing import CLI, host_pid, sock_of, spawn
 from tests.test_watch import Agents, usage_of
-
-
-async def until_logged(log: Path, text: str) -> None:
-    """Wait for the host to log ``text`` (another process's doing)."""
-    async with asyncio.timeout(WAIT):
-        while not log.exists() or text not in log.read_text():
-            await asyncio.sleep(0.05)
 
 
 async def test_connections_share_the_followers_and_the_last_to_leave_stops_them(tmp_path: Path,

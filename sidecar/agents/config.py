@@ -156,7 +156,7 @@ def _claude_hook(text: str, name: str, event: str, matcher: str | None, command:
                     text = jsonedit.remove(text, ["hooks", event, index, "hooks"], position)
         changed = True
     if remove:
-        return (jsonedit.prune_empty(text, ["hooks", event]) if changed else text), changed
+        return text, changed
     text, _ = ensure_item(text, name, ["hooks", event], group)
     return text, True
 

@@ -1,9 +1,11 @@
 """Finding a workspace's transcripts: where each agent keeps them, and which of those files are the workspace's.
 
-A Claude Code or pi project directory holds only the workspace's sessions. Codex's dated tree, pi's custom session
-directory and the directories a client names hold every working directory's: there a file is the workspace's when
-the working directory its first lines record is (read once per file). Directories are listed again only when their
-modification time changed, so a look costs a stat per directory and no read of what was seen before.
+A file is the workspace's when the working directory its first lines record is (read once per file): Codex's dated
+tree, pi's custom session directory and the directories a client names hold every working directory's, and a Claude
+Code or pi project directory is named after its workspace lossily (``foo_bar``, ``foo-bar`` and ``foo.bar`` share
+one), so a file there counts by name only when it records no working directory. Directories are listed again only
+when their modification time changed (or was within RACY_NS of the last listing), so a look costs a stat per
+directory and no read of what was seen before.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import fnmatch
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,6 +29,8 @@ PROBE_LINES = 20
 PROBE_BYTES = 1 << 20
 """Bytes read at most for that (a first prompt with a pasted image can be long)."""
 PROBE_CHUNK = 1 << 16
+RACY_NS = 2_000_000_000
+"""A listing taken less than this after the directory's mtime is not cached (the mtime's granularity may be coarse)."""
 
 
 @attrs.frozen
@@ -37,6 +42,8 @@ class Source:
     path: Path
     by_cwd: bool
     """Files of other working directories are here too: a file is the workspace's when its recorded cwd is."""
+    named: bool = False
+    """The directory is named after the workspace: a file that records no cwd is the workspace's."""
     pattern: str = "*.jsonl"
     recursive: bool = False
     nested: str | None = None
@@ -45,11 +52,11 @@ class Source:
 
 def sources(workspace: str, env: Mapping[str, str], directories: Sequence[str] = ()) -> list[Source]:
     """Where the workspace's transcripts may be, for a client with environment ``env``."""
-    found = [Source("claude-code", path, by_cwd=len(path.name) > locations.CLAUDE_NAME_LIMIT, recursive=True,
-                    nested="subagents") for path in locations.claude_project_dirs(env, workspace)]
+    found = [Source("claude-code", path, by_cwd=True, named=len(path.name) <= locations.CLAUDE_NAME_LIMIT,
+                    recursive=True, nested="subagents") for path in locations.claude_project_dirs(env, workspace)]
     found.append(Source("codex", locations.codex_sessions_dir(env), by_cwd=True, pattern="rollout-*.jsonl",
                         recursive=True))
-    found += [Source("pi", path, by_cwd=False) for path in locations.pi_session_dirs(env, workspace)]
+    found += [Source("pi", path, by_cwd=True, named=True) for path in locations.pi_session_dirs(env, workspace)]
     custom = locations.pi_custom_session_dir(env)
     if custom is not None:
         found.append(Source("pi", custom, by_cwd=True))
@@ -103,7 +110,7 @@ class Scanner:
                 continue
             state.exists, state.problem = True, None
             for path in listed:
-                if not source.by_cwd or self._belongs(path, source.agent):
+                if not source.by_cwd or self._belongs(path, source.agent, source.named):
                     files.setdefault(path, source.agent)
         return files
 
@@ -134,6 +141,7 @@ class Scanner:
         cached = self._listings.get(directory)
         if cached is not None and cached[0] == mtime:
             return cached[1], cached[2]
+        listed_at = time.time_ns()
         files: list[str] = []
         subdirectories: list[str] = []
         with os.scandir(directory) as entries:
@@ -143,11 +151,15 @@ class Scanner:
                 elif fnmatch.fnmatchcase(entry.name, pattern):
                     files.append(entry.name)
         files.sort()
-        self._listings[directory] = (mtime, files, subdirectories)
+        if listed_at - mtime >= RACY_NS:
+            self._listings[directory] = (mtime, files, subdirectories)
+        else:  # a file made later within the same mtime tick would not change the mtime (git's racy rule)
+            self._listings.pop(directory, None)
         return files, subdirectories
 
-    def _belongs(self, path: Path, agent: str) -> bool:
-        """Whether the working directory the file records is the workspace (read once per file)."""
+    def _belongs(self, path: Path, agent: str, named: bool) -> bool:
+        """Whether the working directory the file records is the workspace (read once per file); ``named``: a file
+        recording none is."""
         try:
             info = os.stat(path)
         except OSError:
@@ -166,14 +178,15 @@ class Scanner:
                 log.info("%s has no session_meta on its first line: not a rollout of a known workspace; skipped",
                          path)
             self._cwds[key] = None if cwd is None else _key(cwd)
-        return self._cwds[key] == self.workspace
+        return self._cwds[key] == self.workspace or (named and self._cwds[key] is None)
 
 
 def recorded_cwd(path: Path, agent: str) -> tuple[str | None, bool]:
     """The working directory a transcript's first lines record, and whether that is final.
 
     Codex: ``session_meta.cwd`` of the first line (a rollout without it is no workspace's). Claude Code and pi: the
-    first ``cwd`` of the first lines. Not final while the file holds no whole line.
+    first ``cwd`` of the first lines (none when the first is no JSON object). Not final while the whole lines read
+    name no cwd and are fewer than PROBE_LINES.
     """
     head = b""
     try:
@@ -193,8 +206,10 @@ def recorded_cwd(path: Path, agent: str) -> tuple[str | None, bool]:
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError):
-            continue
+            obj = None
         if not isinstance(obj, dict):
+            if index == 0 and agent in ("claude-code", "pi"):
+                return None, True  # no transcript of theirs: it records no cwd, ever
             continue
         if obj.get("type") == "session_meta" and isinstance(obj.get("payload"), dict):
             cwd = obj["payload"].get("cwd")

@@ -256,7 +256,7 @@ def ensure_item(text: str, name: str, path: list[str], item: Any) -> tuple[str, 
 
 
 def drop_items(text: str, name: str, path: Sequence[str | int], ours: Callable[[Any], bool]) -> tuple[str, bool]:
-    """The array at ``path`` without the items ``ours`` picks (emptied containers removed); (text, any removed)."""
+    """The array at ``path`` without the items ``ours`` picks (the array stays, even empty); (text, any removed)."""
     try:
         node = _value(text, path)
     except (KeyError, IndexError, TypeError):
@@ -268,27 +268,32 @@ def drop_items(text: str, name: str, path: Sequence[str | int], ours: Callable[[
         if ours(node[index]):
             text = remove(text, path, index)
             removed = True
-    return (prune_empty(text, path) if removed else text), removed
+    return text, removed
 
 
 def drop_member(text: str, name: str, path: list[str], key: str) -> tuple[str, bool]:
-    """``path`` without ``key`` (emptied containers removed); (text, whether it was there)."""
+    """``path`` without ``key`` (the object stays, even empty); (text, whether it was there)."""
     try:
         node = _value(text, path)
     except (KeyError, TypeError):
         return text, False
     if not isinstance(node, dict) or key not in node:
         return text, False
-    text = remove(text, path, list(node).index(key))
-    return prune_empty(text, path), True
+    return drop_key(text, path, key), True
 
 
-def prune_empty(text: str, path: Sequence[str | int]) -> str:
-    """Remove the containers along ``path`` that are now empty, deepest first (never the document itself)."""
-    while path and _value(text, path) in ({}, []):
-        parent, step = path[:-1], path[-1]
-        container = _value(text, parent)
-        index = list(container).index(step) if isinstance(step, str) else step
-        text = remove(text, parent, index)
-        path = parent
-    return text
+def value_at(text: str, path: Sequence[str | int]) -> Any:
+    """The value at ``path``; KeyError, IndexError or TypeError when there is none."""
+    return _value(text, path)
+
+
+def drop_key(text: str, path: Sequence[str | int], key: str) -> str:
+    """``text`` without the member ``key`` of the object at ``path``."""
+    return remove(text, path, _member_index(text, path, key))
+
+
+def _member_index(text: str, path: Sequence[str | int], key: str) -> int:
+    """Where ``key``'s member is among the object's members in the text (duplicates counted; the last one, which
+    JSON parsers keep)."""
+    keys = [name for name, _ in _find(loads(text)[1], path).keys]
+    return len(keys) - 1 - keys[::-1].index(key)

@@ -116,23 +116,50 @@ def set_table(text: str, path: tuple[str, ...], values: dict[str, Any]) -> str:
         separator = "" if not text else "\n" if text.endswith("\n") else "\n\n"
         new = text + separator + block
     else:
-        new = _rewrite_keys(text, path, values)
+        new = _rewrite_keys(text, path, values, existing)
     return _checked(new, expected, path)
 
 
-def _rewrite_keys(text: str, path: tuple[str, ...], values: dict[str, Any]) -> str:
-    """The table's own lines for ``values``' keys rewritten in place, missing ones added after its last key."""
+def _same(old: Any, new: Any) -> bool:
+    """Equal as TOML values (``1`` is not ``true``)."""
+    return json.dumps(old, sort_keys=True, default=str) == json.dumps(new, sort_keys=True, default=str)
+
+
+def _value_end(lines: list[str], index: int, last: int) -> int:
+    """The line after the one where the value of the key on line ``index`` ends (a wrapped array spans several)."""
+    for end in range(index + 1, last + 1):
+        try:
+            tomllib.loads("".join(lines[index:end]))
+        except tomllib.TOMLDecodeError:
+            continue
+        return end
+    raise TomlEditError(f"the value on line {index + 1} is not one setup can read by itself; edit it by hand")
+
+
+def _rewrite_keys(text: str, path: tuple[str, ...], values: dict[str, Any], existing: dict[str, Any]) -> str:
+    """The table's keys whose value differs from ``values`` rewritten in place (the whole value, however many lines
+    it spans; the others keep their bytes), missing ones added after its last key."""
     lines = text.splitlines(keepends=True)
     spans = [span for span in _blocks(lines, path) if _header_keys(lines[span[0]]) == path]
     if len(spans) != 1:
         raise TomlEditError(f"{'.'.join(path)} is not written as one [table] that setup can edit; edit it by hand")
     first, last = spans[0]
     missing = dict(values)
-    for index in range(first + 1, last):
+    index = first + 1
+    while index < last:
         match = _KEY_LINE.match(lines[index])
         key = match and (json.loads(match.group("key")) if match.group("key").startswith('"') else match.group("key"))
-        if key in missing:
-            lines[index] = f"{key_text(key)} = {value_text(missing.pop(key))}\n"
+        if key not in missing:
+            index += 1
+            continue
+        value = missing.pop(key)
+        end = _value_end(lines, index, last)
+        if not _same(existing.get(key), value):
+            newline = "\n" if lines[end - 1].endswith("\n") else ""
+            lines[index:end] = [f"{key_text(key)} = {value_text(value)}{newline}"]
+            last -= end - index - 1
+            end = index + 1
+        index = end
     added = [f"{key_text(k)} = {value_text(v)}\n" for k, v in missing.items()]
     if added and not lines[last - 1].endswith("\n"):
         lines[last - 1] += "\n"

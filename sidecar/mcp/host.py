@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -45,6 +46,10 @@ class HostLink:
         self._workspace: str | None = None
         self._watched: str | None = None
         self._watch_lock = asyncio.Lock()
+        self._watching: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+        """Background work, referenced here (the loop keeps only weak references): watches cancelled at close,
+        lost clients' closes awaited."""
 
     def start(self) -> None:
         """Begin attaching in the background."""
@@ -71,7 +76,7 @@ class HostLink:
         if self._client is not None:  # the relay is gone: a new one will find or start a host
             log.warning("the connection to context-sidecar was lost; attaching again")
             old, self._client = self._client, None
-            asyncio.get_running_loop().create_task(_close(old))
+            _keep(self._closing, _close(old))
         if self._attaching is None or self._attaching.done():
             self.start()
         assert self._attaching is not None
@@ -81,7 +86,7 @@ class HostLink:
         """The workspace to watch; sent now if attached, else once attached."""
         self._workspace = workspace
         if self._client is not None:
-            asyncio.get_running_loop().create_task(self._watch())
+            _keep(self._watching, self._watch())
 
     async def _watch(self) -> None:
         """``memory/watch`` the workspace (the agents' directories as this process, the agent's child, sees them),
@@ -96,11 +101,12 @@ class HostLink:
                 log.info("the host has no %s: earlier agent sessions are not imported", MEMORY_WATCH)
                 self._watched = workspace
                 return
-            previous, self._watched = self._watched, workspace
-            try:
-                if previous is not None:
-                    await client.watch(previous, watch=False)
+            try:  # _watched changes only once the host answered: a failed or cancelled watch is sent again
+                if self._watched is not None:
+                    await client.watch(self._watched, watch=False)
+                    self._watched = None
                 result = await client.watch(workspace)
+                self._watched = workspace
                 log.info("watching %s: %d transcripts", workspace, len(result.transcripts))
             except Exception as error:  # the tools work without it
                 log.warning("%s %s failed: %s", MEMORY_WATCH, workspace, error)
@@ -142,9 +148,19 @@ class HostLink:
             self._attaching.cancel()
             with contextlib.suppress(BaseException):
                 await self._attaching
+        for task in self._watching:
+            task.cancel()
+        await asyncio.gather(*self._watching, *self._closing, return_exceptions=True)
         if self._client is not None:
             await _close(self._client)
             self._client = None
+
+
+def _keep(tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` as a task held in ``tasks`` until it is done."""
+    task = asyncio.get_running_loop().create_task(work)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 async def _close(client: SidecarClient) -> None:
@@ -160,7 +176,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 def sidecar_command(log_file: str | None, verbose: int) -> list[str]:
     """The ``context-sidecar`` the client spawns: this interpreter, logging where this server logs."""
-    command = [sys.executable, "-m", "sidecar"]
+    command = [sys.executable, "-P", "-m", "sidecar"]
     if log_file:
         command += ["--log-file", log_file]
     if verbose:

@@ -90,6 +90,8 @@ class McpServer:
         self._ids = itertools.count(1)  # integer ids: some clients refuse string ids
         self._outgoing: dict[int, Callable[[Any, RequestError | None], None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """Every request under way, batches included (the loop keeps only weak references)."""
 
     # Output
 
@@ -185,6 +187,8 @@ class McpServer:
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any], key: str | None = None) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         if key is not None:
             self._running[key] = task
             task.add_done_callback(lambda _: self._running.pop(key, None))
@@ -287,14 +291,18 @@ class McpServer:
             request.set_result(None)
 
     async def workspace(self) -> str:
-        """The client's first root; the working directory without roots or an answer within ROOTS_WAIT."""
+        """The client's first root; the working directory without roots or an answer within ROOTS_WAIT (waited once)."""
         if self.roots is None and self._roots_request is None and self._has_roots():
             self._ask_roots()  # a client that never said initialized
         if self._roots_request is not None and not self._roots_request.done():
-            await asyncio.wait({self._roots_request}, timeout=ROOTS_WAIT)
-            if not self._roots_request.done():
+            request = self._roots_request
+            await asyncio.wait({request}, timeout=ROOTS_WAIT)
+            if not request.done():  # settled: later calls do not wait again; a late answer still applies
                 log.warning("no answer to roots/list within %g s; the workspace is the working directory", ROOTS_WAIT)
-                self.link.set_workspace(self.cwd)
+                if request is self._roots_request:
+                    self.roots = []
+                    self.link.set_workspace(self.cwd)
+                request.set_result(None)
         return self.roots[0] if self.roots else self.cwd
 
     # Tools
@@ -347,7 +355,8 @@ class McpServer:
 
     async def close(self) -> None:
         """Cancel what runs, and let go of the host."""
-        for task in list(self._running.values()):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.link.close()

@@ -155,7 +155,7 @@ def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> N
     """Start ``context-sidecar host`` for ``db``, detached, and wait until it listens on ``path``."""
     log_file = path.with_suffix(".log")
     os.close(os.open(log_file, os.O_WRONLY | os.O_CREAT, 0o600))  # session content may reach -vv logs
-    argv = [sys.executable, "-m", "sidecar", "host", "--db", database_key(db), "--socket", str(path),
+    argv = [sys.executable, "-P", "-m", "sidecar", "host", "--db", database_key(db), "--socket", str(path),
             "--memory-limit", memory_limit, "--log-file", str(log_file), *log_args]
     # Its own session and the root directory: it outlives this relay and must pin none of its client's folders;
     # so the package is found where this process found it, not through the working directory.

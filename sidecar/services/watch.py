@@ -97,13 +97,20 @@ class WatchService:
         if self.by_owner.get(owner, {}).get(workspace) != key:
             self._release(owner, workspace)
         watch = self.watches.get(key)
+        created = watch is None
         if watch is None:
             watch = self.watches[key] = Watch(key, Scanner(workspace, list(found)))
-            await self._scan(watch)
-            log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
-        watch.owners.add(owner)
+        watch.owners.add(owner)  # before the scan: a watch is never without the connections it is for
         watch.ends_at = None
         self.by_owner.setdefault(owner, {})[workspace] = key
+        if created:
+            try:
+                await self._scan(watch)
+            except BaseException:  # cancelled (or failed) while listing: the request did not happen
+                self._release(owner, workspace)
+                self._start()  # which ends the watch once it lingered, unless another connection asked meanwhile
+                raise
+            log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
         self._start()
         return self.result(watch)
 
@@ -159,14 +166,16 @@ class WatchService:
 
     @staticmethod
     def _env(given: Mapping[str, str] | None) -> dict[str, str]:
-        """The client's agent variables; this process's for those it did not send."""
+        """The client's agent variables (only this process's HOME besides); this process's without ``env``."""
         own = agent_env()
         if given is None:
             return own
         for name, value in given.items():
             if not isinstance(value, str):
                 raise invalid_params("env values must be strings", f"env.{name}")
-        return {**own, **{name: value for name, value in given.items() if name in ENV_NAMES and value}}
+        # A client sends the variables it has set: one it left out is unset there, not to be taken from here.
+        home = {"HOME": own["HOME"]} if "HOME" in own else {}
+        return {**home, **{name: value for name, value in given.items() if name in ENV_NAMES and value}}
 
     def _release(self, owner: object, workspace: str) -> None:
         key = self.by_owner.get(owner, {}).pop(workspace, None)

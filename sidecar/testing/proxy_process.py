@@ -16,7 +16,7 @@ LISTENING = re.compile(rb"listening on (http://127\.0\.0\.1:\d+)")
 async def proxy_process(args: Sequence[str], env: Mapping[str, str] | None = None,
                         timeout: float = 60.0) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     """``context-sidecar proxy --port 0 ARGS…``: its URL once it listens, and the process; stopped with SIGINT."""
-    argv = [sys.executable, "-m", "sidecar", "proxy", "--port", "0", *args]
+    argv = [sys.executable, "-P", "-m", "sidecar", "proxy", "--port", "0", *args]
     process = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE,
                                                    env=dict(env) if env is not None else None)
     assert process.stderr is not None

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from protocol.types import Usage
     from sidecar.client import SidecarClient, SidecarRequestError
 
-SERVER_COMMAND = [sys.executable, "-m", "sidecar"]
+SERVER_COMMAND = [sys.executable, "-P", "-m", "sidecar"]
 _server_logging: list[str] = []
 """The ``-v`` and ``--log-file`` a tool was given, passed on to the sidecar it spawns."""
 

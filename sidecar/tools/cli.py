@@ -169,14 +169,16 @@ codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar]
   XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex passes an MCP server few
   variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
 A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
-is written and the exit code is 1. --db PATH is passed on to the server and the hooks.""")
+is written and the exit code is 1. --db PATH is passed on to the server and the hooks. What setup created is
+recorded in $XDG_STATE_HOME/context-sidecar/setup.json (default ~/.local/state), so that --remove takes out
+no key or file the user had.""")
     setup.add_argument("agent", choices=["claude-code", "codex"], help="the agent to set up")
     setup.add_argument("--project", nargs="?", const=".", metavar="DIR",
                        help="write the project's files in DIR (default: this folder) instead of the user config")
     setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
     setup.add_argument("--remove", action="store_true",
-                       help="take out exactly what setup adds (the server, its hooks and permission entries); a "
-                            "file left empty is deleted")
+                       help="take out exactly what setup adds (the server, its hooks and permission entries), "
+                            "and the keys and files it created for them once they are empty")
 
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",

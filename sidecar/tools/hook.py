@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from protocol import errors as codes
+from protocol import methods
 from protocol import types as t
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.tools import SERVER_COMMAND
@@ -43,6 +44,8 @@ MAX_MODIFIED = 30
 MAX_READ = 15
 LOG_ROTATE_BYTES = 1 << 20
 SOURCE = "claude-code"
+RUNNING_RECHECK = 0.5
+"""Seconds between tries to record a summary while another compaction of the session runs (unless it ends)."""
 
 
 class HookProblem(Exception):
@@ -249,13 +252,37 @@ async def post_compact(client: SidecarClient, session_id: str,
     trigger = payload.get("trigger")
     trigger = trigger if trigger in ("manual", "auto") else None
     try:
-        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
+        result = await _record(client, session_id, summary, trigger)
     except SidecarRequestError as error:
         if error.code != codes.UNKNOWN_SESSION or await _import(client, payload, required=False) is None:
             raise
-        result = await client.record_compaction(session_id, summary, SOURCE, trigger)
+        result = await _record(client, session_id, summary, trigger)
     recorded = "recorded" if result.recorded else "already recorded"
     return None, f"session {session_id}: Claude Code's summary {recorded} as {result.summary_id}"
+
+
+async def _record(client: SidecarClient, session_id: str, summary: str, trigger: Any) -> t.RecordCompactionResult:
+    """memory/recordCompaction; while another compaction of the session runs (the transcript's follower recording
+    this same one, often), again once it ended (recorded by text once: then it says so), within the DEADLINE."""
+    try:
+        return await client.record_compaction(session_id, summary, SOURCE, trigger)
+    except SidecarRequestError as error:
+        if error.code != codes.COMPACTION_RUNNING:
+            raise
+    log.info("session %s: waiting for the compaction that is running to end", session_id)
+    await client.follow(session_id)  # so that its context/didCompact reaches this connection
+    while True:
+        ended = client.wait_for_notification(methods.CONTEXT_DID_COMPACT, lambda done: done.session_id == session_id,
+                                             timeout=None)
+        try:
+            return await client.record_compaction(session_id, summary, SOURCE, trigger)
+        except SidecarRequestError as error:
+            if error.code != codes.COMPACTION_RUNNING:
+                raise
+            # One that compacts nothing or fails announces nothing: look again after a while regardless.
+            await asyncio.wait({ended}, timeout=RUNNING_RECHECK)
+        finally:
+            ended.cancel()
 
 
 def restore_text(rules: t.RulesResult, cwd: str | None = None) -> str | None:

@@ -105,7 +105,7 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     settings, problems = read_settings(options.settings)
     for problem in problems:
         log.warning("--settings: %s", problem)
-    command = [sys.executable, "-m", "sidecar", *([] if options.share else ["--no-share"])]
+    command = [sys.executable, "-P", "-m", "sidecar", *([] if options.share else ["--no-share"])]
     # Its stderr goes to the proxy's log file, if there is one; in a session of its own, Ctrl-C on the terminal
     # (which wrap leaves to the agent) does not stop it.
     log_file = next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)),

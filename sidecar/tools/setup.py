@@ -22,6 +22,8 @@ from sidecar.agents import config as agent_config
 from sidecar.agents.config import SERVER, claude_files, codex_file
 from sidecar.agents.jsonedit import JsonEditError, loads, new_document
 from sidecar.agents.tomledit import TomlEditError
+from sidecar.tools import setup_record
+from sidecar.tools.setup_record import Made
 
 AGENTS = ("claude-code", "codex")
 Edit = Callable[[str, str], tuple[str, list[str]]]
@@ -67,8 +69,9 @@ def _read(path: Path) -> str | None:
         raise SetupError(f"cannot read {path}: {error}") from None
 
 
-def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool) -> Change:
-    """``edit`` applied to the file's text (or, when there is none and something is to be added, to an empty one)."""
+def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool, made: Made | None) -> Change:
+    """``edit`` applied to the file's text (or, when there is none and something is to be added, to an empty one);
+    ``--remove`` also takes out what ``made`` says setup created."""
     before = _read(path)
     if before is None and remove:
         return Change(path, None, None, [], private)
@@ -77,14 +80,16 @@ def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool) -> Cha
         if kind == "JSON" and before is not None:
             loads(before)
         after, done = edit(before if before is not None else empty, str(path))
+        if remove and done and kind == "JSON":
+            after = setup_record.prune(after, made)
     except (JsonEditError, TomlEditError) as error:
         raise SetupError(f"{path}: {error}") from None
     except ValueError as error:  # json.JSONDecodeError
         raise SetupError(f"{path} is not valid {kind} ({error})") from None
     if before is None and not done:
         return Change(path, None, None, [], private)
-    if remove and after.strip() in ("{}", ""):
-        after_text: str | None = None  # nothing else in it: the file goes, as it was before setup
+    if remove and made is not None and made.file and after.strip() in ("{}", ""):
+        after_text: str | None = None  # setup made it and nothing else is in it: the file goes
     else:
         after_text = after
     return Change(path, before, after_text, done, private)
@@ -94,17 +99,38 @@ def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool,
          db: str | None) -> list[Change]:
     """What setup would change, every file checked first."""
     private = project is None
+    record = setup_record.load(env)
+
+    def made(path: Path) -> Made | None:
+        return record.get(os.path.realpath(path))
+
     if agent == "claude-code":
         mcp_path, settings_path = claude_files(env, project)
         return [
             _edit(mcp_path, lambda text, name: agent_config.claude_mcp(text, name, command, db, remove),
-                  "JSON", remove, private),
+                  "JSON", remove, private, made(mcp_path)),
             _edit(settings_path, lambda text, name: agent_config.claude_settings(
-                text, name, command, db, remove, project is not None), "JSON", remove, private),
+                text, name, command, db, remove, project is not None), "JSON", remove, private, made(settings_path)),
         ]
     path = codex_file(env, project)
     return [_edit(path, lambda text, _: agent_config.codex_server(text, command, db, remove), "TOML", remove,
-                  private)]
+                  private, made(path))]
+
+
+def remember(env: Mapping[str, str], changes: list[Change], remove: bool) -> None:
+    """Record what the written changes created (``--remove``: forget what they took out)."""
+    record = setup_record.load(env)
+    for change in changes:
+        if not change.done:
+            continue
+        key = os.path.realpath(change.path)
+        if remove:
+            record.pop(key, None)
+        elif change.after is not None:
+            json_file = change.path.suffix == ".json"
+            made = record.get(key) or Made(file=change.before is None)
+            record[key] = setup_record.note(made, change.before, change.after) if json_file else made
+    setup_record.save(env, record)
 
 
 def write(change: Change) -> None:
@@ -201,6 +227,11 @@ def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: 
               + (f" (written before it: {', '.join(map(str, written))})" if written else "; nothing was changed"),
               file=sys.stderr)
         return 1
+    try:
+        remember(env, changes, remove)
+    except OSError as error:
+        print(f"{title}: cannot record what setup created in {setup_record.record_path(env)}: "
+              f"{error.strerror or error} (--remove will leave its empty keys and files)", file=sys.stderr)
     for note in notes(agent, env, scope) if not remove else []:
         print(f"Note: {note}")
     return 0

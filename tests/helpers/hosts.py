@@ -59,3 +59,10 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
     async with asyncio.timeout(WAIT):
         while not predicate():
             await asyncio.sleep(0.02)
+
+
+async def until_logged(log: Path, text: str) -> None:
+    """Wait for the host to log ``text`` (another process's doing)."""
+    async with asyncio.timeout(WAIT):
+        while not log.exists() or text not in log.read_text():
+            await asyncio.sleep(0.05)

@@ -14,7 +14,8 @@ from typing import Any
 
 WAIT = 60.0
 """Seconds to wait for any one answer (a cold host opens DuckDB on a busy machine)."""
-MCP = [sys.executable, "-m", "sidecar", "mcp"]
+MCP = [sys.executable, "-P", "-m", "sidecar", "mcp"]
+"""As the ``context-sidecar`` script starts it: the working directory (the agent's workspace) is not on sys.path."""
 
 
 class McpClient:
@@ -24,8 +25,8 @@ class McpClient:
         self.process = process
         self.roots = roots
         """Directories this client gives as its roots (None: it declares no roots capability)."""
-        self.answer_roots: Callable[[Any], dict[str, Any]] | None = None
-        """Replaces the roots/list answer (given the request id), e.g. with an error."""
+        self.answer_roots: Callable[[Any], dict[str, Any] | None] | None = None
+        """Replaces the roots/list answer (given the request id), e.g. with an error; returning None answers nothing."""
         self.received: list[dict[str, Any] | list[Any]] = []
         """Every message the server sent, in order."""
         self.server_requests: list[dict[str, Any]] = []
@@ -54,12 +55,16 @@ class McpClient:
             if self.answer_roots is not None:
                 reply = self.answer_roots(request["id"])
             else:
-                reply = {"jsonrpc": "2.0", "id": request["id"],
-                         "result": {"roots": [{"uri": Path(r).as_uri(), "name": Path(r).name}
-                                              for r in self.roots or ()]}}
+                reply = self.roots_reply(request["id"])
         else:
             reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "not here"}}
-        self.write(reply)
+        if reply is not None:
+            self.write(reply)
+
+    def roots_reply(self, msg_id: Any) -> dict[str, Any]:
+        """The answer to roots/list: this client's roots."""
+        return {"jsonrpc": "2.0", "id": msg_id,
+                "result": {"roots": [{"uri": Path(r).as_uri(), "name": Path(r).name} for r in self.roots or ()]}}
 
     def write(self, message: Any) -> None:
         """One message (or raw bytes, sent as they are) on stdin."""
