@@ -53,6 +53,13 @@ def test_settings_that_are_not_a_json_object_are_a_usage_error(tmp_path: Path) -
         assert "--settings" in result.stderr
 
 
+def test_a_prepare_timeout_that_is_not_a_positive_number_is_a_usage_error() -> None:
+    for value in ("0", "-1", "soon", "nan", "inf"):
+        result = cli("proxy", "--port", "0", "--prepare-timeout", value)
+        assert result.returncode == 2, result.stderr
+        assert "--prepare-timeout" in result.stderr and value in result.stderr
+
+
 def test_wrap_an_agent_that_is_not_on_path_exits_127(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
     result = cli("wrap", "--port", "0", "--db", str(tmp_path / "w.duckdb"), "--log-file", str(tmp_path / "log"),

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -31,7 +32,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
                         help="where OpenAI Responses and Chat Completions requests go, with its version "
                              "(default https://api.openai.com/v1)")
-    parser.add_argument("--prepare-timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--prepare-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="how long the sidecar may take over a request (storing, assembling, a compaction) "
                              "before it goes upstream as the agent sent it (default 60)")
     parser.add_argument("--no-share", dest="share", action="store_false", default=True,
@@ -69,17 +70,35 @@ def settings_file(path: str) -> dict[str, Any]:
     return data
 
 
+def seconds(text: str) -> float:
+    """``--prepare-timeout``: a positive number of seconds, or argparse's error (exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 @attrs.define
 class ProxyOptions:
     """What the proxy is started with."""
 
     port: int = DEFAULT_PORT
+    """Port on 127.0.0.1; 0 for any free one."""
     db: str | None = None
+    """The database (``--db``); None for the per-user file."""
     settings: dict[str, Any] | None = None
+    """initialize's options for the sidecar it attaches to."""
     anthropic_upstream: str | None = None
+    """Where Anthropic Messages requests go; None for the public API."""
     openai_upstream: str | None = None
+    """Where OpenAI requests go, with its version (``…/v1``); None for the public API."""
     share: bool = True
+    """Attach to the database's shared host (False: ``--no-share``)."""
     prepare_timeout: float | None = None
+    """Seconds the sidecar may take over a request before it goes upstream unmanaged; None for the default."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyOptions:
