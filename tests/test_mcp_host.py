@@ -8,9 +8,10 @@ import os
 import signal
 from pathlib import Path
 
+from protocol import methods
 from sidecar.pytest_plugin import llm_settings
 from sidecar.testing import FakeOpenAIServer
-from tests.conftest import running_sidecar, settings_for
+from tests.conftest import call, running_sidecar, settings_for
 from tests.helpers.gate import ANSWER, Gate
 from tests.helpers.hosts import host_pid, sock_of
 from tests.helpers.mcp import WAIT, mcp_server
@@ -42,6 +43,7 @@ async def test_a_locked_database_is_a_tool_error_that_says_why_and_a_later_call_
     db = tmp_path / "m.duckdb"
     async with running_sidecar(settings=settings_for(db)) as holder:  # --no-share: it holds the file itself
         holder_pid = holder._server.pid
+        await call(holder, methods.MEMORY_SESSIONS, {})  # storage opens behind initialize: held once this answers
         async with mcp_server(db, runtime, tmp_path) as mcp:
             await mcp.initialize()
             locked = await mcp.call("memory_grep", {"pattern": "x"})

@@ -44,11 +44,9 @@ async def test_a_second_sidecar_on_the_same_file_gets_32020_with_the_pid(db_path
         async with running_sidecar(settings=settings_for(db_path)) as second:
             with pytest.raises(JsonRpcException) as caught:
                 await call(second, methods.MEMORY_SESSIONS, {})
-            for _ in range(100):  # the open after initialize reports the lock with window/showMessage
-                if any("locked" in m.message for m in second.messages):
-                    break
-                await asyncio.sleep(0.02)
-            assert any("locked" in m.message for m in second.messages)
+            async with asyncio.timeout(30):  # the open after initialize reports the lock with window/showMessage
+                while not any("locked" in m.message for m in second.messages):
+                    await asyncio.sleep(0.02)
             assert caught.value.code == errors.STORAGE_LOCKED
             assert str(db_path) in caught.value.message
             assert caught.value.data["pid"] == holder_pid
