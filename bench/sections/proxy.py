@@ -2,8 +2,10 @@
 
 Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic format, one step (an answer and a
 new user message) appended per request, as an agent resends it; the same requests to the fake directly and through
-the proxy (a process of its own, as users run it; auto-compaction off, so both send the same history), the two
-paths taking turns in blocks, non-streamed (whole reply) and streamed (time to the first byte). Cost: the pi
+the proxy (a process of its own, as users run it; auto-compaction off, so both send the same history), the paths
+taking turns in blocks, non-streamed (whole reply) and streamed (time to the first byte). A third path, through
+the proxy but left untouched (an agent's side call: its session header and no tools), is the HTTP hop alone: what
+the proxy's own work adds is the managed path's time less that one. Cost: the pi
 session replayed as a Chat Completions agent, one request per model call of the transcript, through the proxy with
 default settings (it compacts), priced with the prompt-cache model of `context-sidecar replay`; against the same
 requests sent straight to the upstream, and against what the original agent paid as its transcript records it.
@@ -17,6 +19,7 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,8 @@ OVERHEAD_SETTINGS = {"contextWindow": 1_000_000, "compaction": {"auto": False, "
 """Both paths send the whole history: no compaction, no pruning."""
 BLOCK = 25
 """Requests per block; the paths take turns block by block."""
+UNTOUCHED = {"x-claude-code-session-id": "bench-side-call"}
+"""An agent's session header and no tools in the body: the proxy forwards such a request as it is (a side call)."""
 
 
 def history(tokens: int) -> list[dict[str, Any]]:
@@ -51,34 +56,35 @@ def history(tokens: int) -> list[dict[str, Any]]:
     return messages
 
 
-async def _steps(http: Any, urls: tuple[str, str], runs: int, stream: bool, tokens: int,
-                 name: str) -> tuple[list[float], list[float]]:
-    """Milliseconds per request (to the first byte when streamed) to each of ``urls``, one step appended to each
-    one's conversation per request: ``runs`` each, in blocks that take turns (so that both meet the machine's
-    load alike), the first request of each block not counted (the other path's work may still run then)."""
-    histories = (history(tokens), history(tokens))
-    times: tuple[list[float], list[float]] = ([], [])
-    for index in (0, 1):  # the first request stores the whole history
-        await _step(http, urls[index], histories[index], stream, f"{name}-{index}")
+async def _steps(http: Any, paths: Sequence[tuple[str, dict[str, str]]], runs: int, stream: bool,
+                 tokens: int) -> list[list[float]]:
+    """Milliseconds per request (to the first byte when streamed) on each path (a URL and its headers), one step
+    appended to each one's conversation per request: ``runs`` each, in blocks that take turns (so that all meet the
+    machine's load alike), the first request of each block not counted (another path's work may still run then)."""
+    histories = [history(tokens) for _ in paths]
+    times: list[list[float]] = [[] for _ in paths]
+    for index, (url, headers) in enumerate(paths):  # the first request stores the whole history
+        await _step(http, url, headers, histories[index], stream)
     block = 0
-    while min(len(times[0]), len(times[1])) < runs:
-        index = block % 2
+    while min(len(path_times) for path_times in times) < runs:
+        index = block % len(paths)
+        url, headers = paths[index]
         for step in range(BLOCK + 1):
-            took = await _step(http, urls[index], histories[index], stream, f"{name}-{index}")
+            took = await _step(http, url, headers, histories[index], stream)
             if step and len(times[index]) < runs:
                 times[index].append(took)
         block += 1
     return times
 
 
-async def _step(http: Any, url: str, messages: list[dict[str, Any]], stream: bool, session: str) -> float:
+async def _step(http: Any, url: str, headers: dict[str, str], messages: list[dict[str, Any]], stream: bool) -> float:
     """One request of the conversation (milliseconds, to the first byte when streamed); the agent's next step
     appended."""
     body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": stream, "messages": messages},
                       separators=(",", ":")).encode()
     start = time.perf_counter()
     async with http.stream("POST", f"{url}/v1/messages", content=body,
-                           headers={**HEADERS, "x-context-sidecar-session": session}) as response:
+                           headers={**HEADERS, **headers}) as response:
         first = None
         async for _ in response.aiter_raw():
             first = first or time.perf_counter()
@@ -102,9 +108,11 @@ async def overhead(bench: Bench, workdir: Path) -> None:
         async with proxy_process(args) as (proxy, _), httpx2.AsyncClient(timeout=120) as http:
             for stream in (False, True):
                 name = "ttfb" if stream else "request"
-                progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct and proxied "
-                         f"in turns of {BLOCK}")
-                direct, proxied = await _steps(http, (fake.url, proxy), runs, stream, tokens, name)
+                progress(f"proxy: {runs} requests with {tokens:,} tokens of history, {name}, direct, through the "
+                         f"proxy untouched and managed, in turns of {BLOCK}")
+                managed = {"x-context-sidecar-session": f"bench-{name}"}
+                direct, hop, proxied = await _steps(http, ((fake.url, {}), (proxy, UNTOUCHED), (proxy, managed)),
+                                                    runs, stream, tokens)
                 what = "time to first byte, streamed" if stream else "request, not streamed"
                 bench.record(f"proxy_{name}_direct_p50_ms", f"{what}, {tokens // 1000}k history, direct p50",
                              percentile(direct, 50), "ms")
@@ -113,6 +121,8 @@ async def overhead(bench: Bench, workdir: Path) -> None:
                              percentile(proxied, 50) - percentile(direct, 50), "ms")
                 bench.record(f"proxy_{name}_overhead_p99_ms", "  proxy overhead p99",
                              percentile(proxied, 99) - percentile(direct, 99), "ms")
+                bench.record(f"proxy_{name}_hop_p50_ms", "    of which the HTTP hop (forwarded untouched) p50",
+                             percentile(hop, 50) - percentile(direct, 50), "ms")
 
 
 def _step_text(request: Any) -> str:

@@ -16,7 +16,7 @@ import h11
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 1 << 16
+READ_SIZE = 1 << 20
 MAX_BODY = 256 * 1024 * 1024
 
 
