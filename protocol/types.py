@@ -97,6 +97,10 @@ class ContextItem:
     pruned: bool | None = None
 
 
+MAX_CACHE_BREAKPOINTS = 4
+"""Cache markers a prompt may carry: Anthropic's limit per request."""
+
+
 @attrs.define
 class AssembleResult:
     """The reply of context/assemble; the server writes it with ``sidecar.assemble_reply.encode_assemble_result``."""
@@ -113,7 +117,8 @@ class AssembleResult:
     stable_prefix: int | None = None
     """*Extension*: leading messages unchanged since the session's previous assemble."""
     cache_breakpoints: list[int] | None = None
-    """*Extension*: at most 4 message indexes (of the whole prompt) to put provider cache markers after."""
+    """*Extension*: at most ``MAX_CACHE_BREAKPOINTS`` message indexes (of the whole prompt) to put provider cache
+    markers after."""
     delta: bool | None = None
     """*Extension*, with ``since``: true when ``messages``/``items`` only hold what to append after ``keep``."""
     keep: int | None = None

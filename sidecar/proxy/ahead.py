@@ -26,7 +26,6 @@ from sidecar.wire import structure
 
 log = logging.getLogger(__name__)
 
-MAX_BREAKPOINTS = 4
 
 
 @attrs.define
@@ -84,7 +83,7 @@ def plan(adapter: Adapter, branch: Branch, units: Sequence[tuple[str, Unit]], bu
         return None
     keep = len(branch.items)
     points = [*leading(branch), *([keep - 1] if keep else []), keep + len(ids) - 1]
-    return Ahead(elements, ends, sorted(set(points))[-MAX_BREAKPOINTS:], keep, ids, calls, 0, branch.epoch)
+    return Ahead(elements, ends, sorted(set(points))[-t.MAX_CACHE_BREAKPOINTS:], keep, ids, calls, 0, branch.epoch)
 
 
 def leading(branch: Branch) -> list[int]:

@@ -33,8 +33,6 @@ from sidecar.wire import structure, unstructure
 
 log = logging.getLogger(__name__)
 
-MAX_MARKERS = 4
-"""Anthropic's limit of cache breakpoints in one request, the agent's own included."""
 FORK_ATTEMPTS = 4
 OPENING_ROLES = ("system", "developer")
 """A derived session id takes these leading messages and the first after them: the system prompt alone is shared."""
@@ -311,7 +309,7 @@ class Proxy:
         """The body to forward: cache markers after the breakpoints (items) the agent's own leave room for."""
         own, marker = adapter.marker(request)
         wanted = sorted({ends[index] for index in breakpoints if 0 <= index < len(ends)})
-        room = max(0, MAX_MARKERS - own)
+        room = max(0, t.MAX_CACHE_BREAKPOINTS - own)
         return spliced(request, adapter.finish(list(elements), wanted[len(wanted) - room:] if room else [], marker))
 
     async def _take_assembled(self, branch: Branch, budget: int, assembling: asyncio.Future[Any], covered: int,

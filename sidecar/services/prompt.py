@@ -8,10 +8,10 @@ from typing import Any
 
 import attrs
 
+from protocol import types as t
 from sidecar.engine.assembly import Assembly
 from sidecar.rows import Anchors, ItemRow, SessionRow
 
-MAX_BREAKPOINTS = 4
 PromptKey = tuple[int, int, bool, bool]
 """(budget, freshTail, prune, reasoning): a prompt is compared only with one built by the same call."""
 
@@ -111,7 +111,7 @@ class Prompt:
             points.append(stable - 1)
         if self.messages:
             points.append(len(self.messages) - 1)
-        return sorted(set(points))[-MAX_BREAKPOINTS:]
+        return sorted(set(points))[-t.MAX_CACHE_BREAKPOINTS:]
 
 
 def leading_breakpoints(rows: Sequence[ItemRow]) -> list[int]:
