@@ -35,27 +35,23 @@ describe('the packaged extension in VS Code (code-server in headless Chromium)',
   }
 
   /**
-   * As a user does: the Settings editor, its search for the one setting, a new number typed in; then
-   * the status bar text once it matches `pattern`, and the editor closed (a new one each time, so the
-   * input typed into is the one the search shows).
+   * As a user editing settings.json does: the user settings opened from the palette, their text replaced
+   * with the new window, saved; then the status bar text once it matches `pattern`, and the editor closed.
+   * (The Settings editor was flaky under load: it writes after a debounce and renders the row again, so a
+   * value filled in was sometimes never written. A change to the file from outside is not picked up.)
    */
   async function setContextWindow(window, pattern) {
-    await runCommand('Preferences: Open Settings (UI)');
-    const settings = page.locator('.settings-editor');
-    await settings.waitFor();
-    await settings.locator('.search-container .monaco-editor').click();
+    await runCommand('Preferences: Open User Settings (JSON)');
+    const editor = page.locator('.editor-group-container.active .monaco-editor[data-uri$="settings.json"]');
+    await editor.waitFor();
+    await editor.locator('.view-lines').click();
     await page.keyboard.press('Control+A');
-    await page.keyboard.type('@id:contextSidecar.contextWindow');
-    const input = settings.locator('input[aria-label="contextSidecar.contextWindow"]');
-    await input.waitFor();
-    // Typed key by key, not filled in one event: an input event the row gets before its listener is bound (the
-    // tree may render it again as the search settles) is lost, and the setting never written.
-    await input.click();
-    await page.keyboard.press('Control+A');
-    await page.keyboard.type(String(window));
+    const text = JSON.stringify({ ...baseSettings, 'contextSidecar.contextWindow': window, 'contextSidecar.llm.baseUrl': llm.baseUrl }, null, 2);
+    await page.keyboard.insertText(text);  // no key events: nothing auto-closed or auto-indented
+    await page.keyboard.press('Control+S');
     const status = await statusMatching(pattern);
     await runCommand('View: Close Editor');
-    await page.locator('.settings-editor').waitFor({ state: 'detached' });
+    await editor.waitFor({ state: 'detached' });
     return status;
   }
 
