@@ -4,8 +4,8 @@ Overhead: a conversation of about 100k tokens (10k with --tiny) in the Anthropic
 new user message) appended per request, as an agent resends it; the same requests to the fake directly and through
 the proxy (a process of its own, as users run it; auto-compaction off, so both send the same history), the paths
 taking turns in blocks, non-streamed (whole reply) and streamed (time to the first byte). A third path, through
-the proxy but left untouched (an agent's side call: its session header and no tools), is the HTTP hop alone: what
-the proxy's own work adds is the managed path's time less that one. Cost: the pi
+the proxy but left untouched (an agent's side call: its session header and no tools), is the HTTP hop and the
+read of the body: what the proxy's own work adds is the managed path's time less that one. Cost: the pi
 session replayed as a Chat Completions agent, one request per model call of the transcript, through the proxy with
 default settings (it compacts), priced with the prompt-cache model of `context-sidecar replay`; against the same
 requests sent straight to the upstream, and against what the original agent paid as its transcript records it.
@@ -121,7 +121,7 @@ async def overhead(bench: Bench, workdir: Path) -> None:
                              percentile(proxied, 50) - percentile(direct, 50), "ms")
                 bench.record(f"proxy_{name}_overhead_p99_ms", "  proxy overhead p99",
                              percentile(proxied, 99) - percentile(direct, 99), "ms")
-                bench.record(f"proxy_{name}_hop_p50_ms", "    of which the HTTP hop (forwarded untouched) p50",
+                bench.record(f"proxy_{name}_hop_p50_ms", "    of which untouched (HTTP hop, body read) p50",
                              percentile(hop, 50) - percentile(direct, 50), "ms")
 
 
