@@ -21,6 +21,15 @@ def found(workspace: Path, env: dict[str, str], directories: tuple[str, ...] = (
     return {str(path.relative_to(env["HOME"])): agent for path, agent in scanner.scan().items()}
 
 
+def claude_workspace(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """A workspace, a HOME for the agents, and its Claude Code project directory holding one session, s1."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
+    write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
+    return workspace, {"HOME": str(tmp_path / "home")}, project
+
+
 def test_names_as_the_agents_write_them() -> None:
     assert locations.claude_project_name("/home/me/my_shop.v2") == "-home-me-my-shop-v2"
     assert locations.pi_project_name("/home/me/shop") == "--home-me-shop--"
@@ -32,11 +41,7 @@ def test_names_as_the_agents_write_them() -> None:
 
 
 def test_claude_code_sessions_and_subagents_but_nothing_else(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    env = {"HOME": str(tmp_path / "home")}
-    project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
-    write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
+    workspace, env, project = claude_workspace(tmp_path)
     write(project / "agent-a1.jsonl", {"type": "user", "cwd": str(workspace)})  # 1.x and 2.0 subagents
     write(project / "s1" / "subagents" / "agent-a2.jsonl", {"type": "user", "cwd": str(workspace)})  # 2.1
     write(project / "s1" / "subagents" / "workflows" / "agent-a3.jsonl", {"type": "user", "cwd": str(workspace)})
@@ -105,11 +110,7 @@ def test_directories_named_by_the_client_and_what_their_first_lines_say(tmp_path
 
 
 def test_a_file_made_in_the_same_mtime_tick_as_the_last_listing_is_found(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    env = {"HOME": str(tmp_path / "home")}
-    project = tmp_path / "home" / ".claude" / "projects" / locations.claude_project_name(str(workspace))
-    write(project / "s1.jsonl", {"type": "user", "cwd": str(workspace)})
+    workspace, env, project = claude_workspace(tmp_path)
     scanner = Scanner(str(workspace), sources(str(workspace), env))
     assert [path.name for path in scanner.scan()] == ["s1.jsonl"]
     tick = project.stat().st_mtime_ns

@@ -14,7 +14,7 @@ import attrs
 from sidecar import __version__
 from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder, Request
 from sidecar.proxy.conversation import Conversation, Prepared
-from sidecar.proxy.core import Proxy
+from sidecar.proxy.core import Proxy, forget
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.seen import Seen
 from sidecar.proxy.upstream import Upstream, join, response_headers
@@ -104,7 +104,7 @@ class App:
         if work in done:
             return work.result()
         # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
-        work.add_done_callback(lambda task: task.cancelled() or task.exception())
+        forget(work)
         log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
                     conversation.session_id, self.prepare_timeout)
         self.proxy.stats.unmanaged(conversation.session_id, len(request.body))

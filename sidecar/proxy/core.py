@@ -180,7 +180,7 @@ class Proxy:
             try:
                 last = await _stored(stored, branch.last)
             except SidecarRequestError as error:
-                _forget(assembling)  # of the session without this request's messages
+                forget(assembling)  # of the session without this request's messages
                 if error.code != codes.CONVERSATION_MOVED:
                     raise
             else:
@@ -351,6 +351,6 @@ async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) 
     return sent[1]
 
 
-def _forget(future: asyncio.Future[Any]) -> None:
-    """A reply no longer wanted: its error, if any, is not reported as never retrieved."""
+def forget(future: asyncio.Future[Any]) -> None:
+    """A reply or work no longer awaited: its error, if any, is not reported as never retrieved."""
     future.add_done_callback(lambda done: done.cancelled() or done.exception())
