@@ -309,6 +309,23 @@ def test_remove_keeps_the_users_own_empty_keys_and_files(tmp_path, name, origina
     assert not (tmp_path / "state" / "context-sidecar").exists(), "the record of what setup made goes with it"
 
 
+def test_an_unreadable_record_is_reported_and_remove_takes_out_only_setups_entries(tmp_path):
+    home = tmp_path / "home"
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text("{}\n")
+    assert setup(home, "claude-code").code == 0
+    record = tmp_path / "state" / "context-sidecar" / "setup.json"
+    record.write_text("not json")
+    run = setup(home, "claude-code", "--remove")
+    assert run.code == 0, run.err
+    assert f"{record} is not a record setup wrote; taken as empty" in run.err
+    # Setup's entries are gone; the keys it made for them stay, empty, as nothing says they were not the user's.
+    assert json.loads(settings.read_text()) == {"hooks": {"PreCompact": [], "SessionStart": [], "PostCompact": []},
+                                                "permissions": {"allow": []}}
+    assert "context-sidecar" not in (home / ".claude.json").read_text()
+
+
 def test_a_user_config_emptied_of_ours_stays_when_the_user_had_it(tmp_path):
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)

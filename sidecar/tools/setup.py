@@ -96,10 +96,9 @@ def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool, made: 
 
 
 def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool, command: str,
-         db: str | None) -> list[Change]:
-    """What setup would change, every file checked first."""
+         db: str | None, record: dict[str, Made]) -> list[Change]:
+    """What setup would change, every file checked first; ``record``: what setup created before."""
     private = project is None
-    record = setup_record.load(env)
 
     def made(path: Path) -> Made | None:
         return record.get(os.path.realpath(path))
@@ -117,9 +116,8 @@ def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool,
                   private, made(path))]
 
 
-def remember(env: Mapping[str, str], changes: list[Change], remove: bool) -> None:
+def remember(env: Mapping[str, str], record: dict[str, Made], changes: list[Change], remove: bool) -> None:
     """Record what the written changes created (``--remove``: forget what they took out)."""
-    record = setup_record.load(env)
     for change in changes:
         if not change.done:
             continue
@@ -199,7 +197,13 @@ def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: 
         if scope is not None and not scope.is_dir():
             raise SetupError(f"no folder {scope}")
         command = command_path()
-        changes = plan(agent, env, scope, remove, command, os.path.abspath(db) if db else None)
+        try:
+            record = setup_record.load(env)
+        except setup_record.RecordUnreadable as error:
+            print(f"{title}: {error}; taken as empty"
+                  + (": the keys and files setup created stay" if remove else ""), file=sys.stderr)
+            record = {}
+        changes = plan(agent, env, scope, remove, command, os.path.abspath(db) if db else None, record)
     except SetupError as error:
         print(f"{title}: {error}; nothing was changed", file=sys.stderr)
         return 1
@@ -228,7 +232,7 @@ def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: 
               file=sys.stderr)
         return 1
     try:
-        remember(env, changes, remove)
+        remember(env, record, changes, remove)
     except OSError as error:
         print(f"{title}: cannot record what setup created in {setup_record.record_path(env)}: "
               f"{error.strerror or error} (--remove will leave its empty keys and files)", file=sys.stderr)

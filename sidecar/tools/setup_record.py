@@ -3,7 +3,7 @@ that hold an object or array (``hooks``, ``permissions.allow``, …). A containe
 and a file the user had, even one left empty, are never removed.
 
 The record is ``$XDG_STATE_HOME/context-sidecar/setup.json`` (default ``~/.local/state``), each config file by its
-real path; an unreadable record is as none (``--remove`` then takes out the entries only).
+real path; an unreadable record is reported and taken as none (``--remove`` then takes out the entries only).
 """
 
 from __future__ import annotations
@@ -36,14 +36,23 @@ def record_path(env: Mapping[str, str]) -> Path:
     return Path(state) / "context-sidecar" / "setup.json"
 
 
+class RecordUnreadable(Exception):
+    """The record is there but cannot be read; the message says why."""
+
+
 def load(env: Mapping[str, str]) -> dict[str, Made]:
-    """The record (empty when there is none, or it cannot be read)."""
+    """The record (empty when there is none); RecordUnreadable when it is there but cannot be read."""
+    path = record_path(env)
     try:
-        data = json.loads(record_path(env).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
         return {str(path): Made(bool(entry.get("file")), [list(map(str, key)) for key in entry.get("keys", [])])
                 for path, entry in data.items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+    except FileNotFoundError:
         return {}
+    except OSError as error:
+        raise RecordUnreadable(f"cannot read {path}: {error.strerror or error}") from None
+    except (ValueError, AttributeError, TypeError):
+        raise RecordUnreadable(f"{path} is not a record setup wrote") from None
 
 
 def save(env: Mapping[str, str], record: dict[str, Made]) -> None:
