@@ -18,7 +18,7 @@ from typing import Any
 from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
-from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.client import SidecarClient, SidecarConnectionLost, SidecarRequestError
 from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
 from sidecar.engine.usage import reserve_for
@@ -100,13 +100,13 @@ class Proxy:
             return Prepared(body, conversation, None, request.stream)
         budget = self.budget(request)
         try:
-            await self.connected()
-            sent = await self._ahead(adapter, request, conversation, seen, budget)
-            if sent is not None:
-                branch, forwarded = sent
-            else:
-                branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
-                forwarded = await self._assembled(adapter, request, branch, budget, assembling)
+            try:
+                branch, forwarded = await self._managed(adapter, request, conversation, seen, budget)
+            except SidecarConnectionLost:
+                if self._respawn is None:
+                    raise
+                # The sidecar process died since the last request, unnoticed until this one: again, on a new one.
+                branch, forwarded = await self._managed(adapter, request, conversation, seen, budget)
         except Exception as error:  # the host's, or the sidecar's own: the agent never breaks
             log.warning("session %s: forwarded as the agent sent it (%s: %s)", conversation.session_id,
                         type(error).__name__, error)
@@ -115,6 +115,16 @@ class Proxy:
         self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, len(body),
                            len(forwarded))
         return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
+
+    async def _managed(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
+                       budget: int) -> tuple[Branch, bytes]:
+        """The request's new messages stored and the body to forward, on a live sidecar process."""
+        await self.connected()
+        sent = await self._ahead(adapter, request, conversation, seen, budget)
+        if sent is not None:
+            return sent
+        branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
+        return branch, await self._assembled(adapter, request, branch, budget, assembling)
 
     async def _ahead(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
                      budget: int) -> tuple[Branch, bytes] | None:
