@@ -1,5 +1,5 @@
 """Allow ``python -m sidecar``."""
 
-from sidecar.tools.cli import main
+from sidecar.cli.main import main
 
 raise SystemExit(main())

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import methods
+from sidecar.cli.synthetic import coding_session
 from sidecar.engine.assembly import (
     DROP_SHARE,
     PruneRule,
@@ -19,7 +20,6 @@ from sidecar.engine.assembly import (
     prune_candidates,
     prune_step,
 )
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 

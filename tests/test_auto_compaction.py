@@ -10,10 +10,10 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.cli.synthetic import coding_session
 from sidecar.framing import FrameReader, encode
 from sidecar.importers import parse_transcript
 from sidecar.testing import FakeOpenAIServer, Reply
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import PI_SESSION, SERVER_COMMAND, call, ingest, running_sidecar, settings_for
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.cli.replay import provider_usage, split_turns
 from sidecar.client import SidecarClient
-from sidecar.tools.replay import provider_usage, split_turns
 from tests.conftest import PI_SESSION
 from tests.helpers.transcripts import write_claude_sample, write_pi_sample
 

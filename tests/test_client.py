@@ -247,8 +247,8 @@ async def test_answers_server_requests() -> None:
 
 
 async def test_cancelling_a_running_compaction_task_leaves_the_session_unchanged(tmp_path: Path) -> None:
+    from sidecar.cli.synthetic import coding_session
     from sidecar.testing import FakeOpenAIServer, Reply
-    from sidecar.tools.synthetic import coding_session
 
     gate = threading.Event()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.types import IngestParams
+from sidecar.cli.synthetic import coding_session
 from sidecar.config.settings import read_settings
 from sidecar.engine.messages import message_text
 from sidecar.rows import StorageFailure
@@ -17,7 +18,6 @@ from sidecar.services.memory import ingest
 from sidecar.services.state import Sidecar
 from sidecar.summarizers.base import SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import PI_SESSION
 
 

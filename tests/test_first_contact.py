@@ -97,7 +97,7 @@ def test_the_early_reply_names_the_database_as_the_host_does(tmp_path: Path, run
 
 def test_a_relay_loads_no_event_loop_http_client_server_or_database() -> None:
     # What the first client waits for is a process start and these imports: the relay path is select() and sockets.
-    probe = ("import sys, sidecar.tools.cli as cli; cli.build_parser()\n"
+    probe = ("import sys, sidecar.cli.main as cli; cli.build_parser()\n"
              "import sidecar.rpc.startup, sidecar.rpc.relay\n"
              "print(sorted({'asyncio', 'urllib.request', 'ssl', 'pygls', 'duckdb', 'openai'} & set(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT, check=True)

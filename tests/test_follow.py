@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from sidecar.agents.follow import Follower, Step
+from sidecar.cli.import_command import client_importer
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, parse_transcript
 from sidecar.testing.transcripts import ClaudeCodeWriter
-from sidecar.tools.import_command import client_importer
 from tests.helpers.openai_checks import assert_valid_openai_sequence
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 import pytest
 
+from sidecar.cli.hook import MAX_CONTEXT_CHARS
 from sidecar.client import SidecarClient
 from sidecar.pytest_plugin import llm_settings
-from sidecar.tools.hook import MAX_CONTEXT_CHARS
 from tests.helpers.hosts import WAIT, short_runtime, until_logged
 from tests.helpers.transcripts import cc_asst, cc_user, result, text, use, write_jsonl
 

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sidecar.storage", "sidecar.summarizers", "sidecar.importers", "sidecar.agents"),
     ("sidecar.services",),
     ("sidecar.rpc", "sidecar.mcp", "sidecar.proxy", "sidecar.client"),
-    ("sidecar.tools", "sidecar.pytest_plugin", "sidecar.__main__"),
+    ("sidecar.cli", "sidecar.pytest_plugin", "sidecar.__main__"),
 ]
 """Lowest first: a module may import its own layer and those below, never one above."""
 RPC_ONLY = ("pygls", "lsprotocol", "pytest_lsp")

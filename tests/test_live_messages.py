@@ -14,6 +14,7 @@ import duckdb
 import pytest
 
 from protocol.types import IngestParams, ReportUsageParams, SessionInfo
+from sidecar.cli.synthetic import coding_session
 from sidecar.config.settings import read_settings
 from sidecar.engine.assembly import is_prunable
 from sidecar.services.compaction.engine import Compaction
@@ -23,7 +24,6 @@ from sidecar.services.state import Sidecar
 from sidecar.storage import Storage
 from sidecar.storage.migrations import MIGRATIONS
 from sidecar.summarizers.deterministic import DeterministicSummarizer
-from sidecar.tools.synthetic import coding_session
 
 
 def make_sidecar(path: Path, protected: list[str]) -> Sidecar:

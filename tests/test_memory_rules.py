@@ -8,7 +8,7 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
-from sidecar.tools.synthetic import coding_session
+from sidecar.cli.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 MANUAL = {"auto": False}

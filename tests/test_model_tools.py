@@ -10,8 +10,8 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.cli.synthetic import coding_session
 from sidecar.testing import FakeOpenAIServer, RecordedRequest
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 FACT = "The staging database password rotates every Tuesday; the current hint is BLUE-HERON-42."

@@ -1,10 +1,10 @@
-"""The prompt-cache model of sidecar.tools.prompt_cache, on prompts whose figures are worked out by hand."""
+"""The prompt-cache model of sidecar.cli.prompt_cache, on prompts whose figures are worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from sidecar.tools.prompt_cache import Prices, PromptCache, message_bytes, parse_prices, shared_prefix
+from sidecar.cli.prompt_cache import Prices, PromptCache, message_bytes, parse_prices, shared_prefix
 
 SYSTEM = {"role": "system", "content": "be brief"}
 ASK = {"role": "user", "content": "fix the parser"}

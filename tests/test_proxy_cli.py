@@ -10,8 +10,8 @@ from pathlib import Path
 
 import anthropic
 
+from sidecar.cli.wrap_command import codex_provider
 from sidecar.testing import FakeProvider
-from sidecar.tools.wrap_command import codex_provider
 from tests.helpers.proxy import running_proxy
 
 

@@ -10,6 +10,7 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.cli.synthetic import coding_session
 from sidecar.config.paths import default_storage_path, legacy_workspace_path
 from sidecar.config.settings import size_in_bytes
 from sidecar.engine.messages import message_row
@@ -17,7 +18,6 @@ from sidecar.rows import StorageLocked
 from sidecar.storage import Storage, database
 from sidecar.storage.connection import ROW_GROUP_SIZE, SCAN_MEMORY_LIMIT
 from sidecar.storage.migrations import MIGRATIONS
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 

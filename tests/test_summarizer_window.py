@@ -6,11 +6,11 @@ import pytest
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors, methods
+from sidecar.cli.synthetic import coding_session
 from sidecar.config.settings import LlmSettings, read_settings
 from sidecar.summarizers.fitting import summarizer_window
 from sidecar.testing import FakeOpenAIServer, Reply
 from sidecar.testing.openai_server import prompt_tokens
-from sidecar.tools.synthetic import coding_session
 from tests.conftest import PI_SESSION, call, ingest, running_sidecar, settings_for
 
 WINDOW = 8192

@@ -8,10 +8,10 @@ import attrs
 
 import bench.core as core
 from bench.core import Bench, progress
+from sidecar.cli.prompt_cache import Prices, PromptCache
+from sidecar.cli.replay import replay_cache
+from sidecar.cli.synthetic import coding_session
 from sidecar.importers import ParsedTranscript, parse_transcript
-from sidecar.tools.prompt_cache import Prices, PromptCache
-from sidecar.tools.replay import replay_cache
-from sidecar.tools.synthetic import coding_session
 
 
 def sessions(bench: Bench) -> list[tuple[str, ParsedTranscript]]:

@@ -25,10 +25,10 @@ from typing import Any
 
 import bench.core as core
 from bench.core import Bench, percentile, progress
+from sidecar.cli.prompt_cache import PromptCache
+from sidecar.cli.proxy_command import ProxyOptions, running
 from sidecar.testing import FakeProvider, Reply, ToolCall
 from sidecar.testing.proxy_process import proxy_process
-from sidecar.tools.prompt_cache import PromptCache
-from sidecar.tools.proxy_command import ProxyOptions, running
 
 HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 OVERHEAD_SETTINGS = {"contextWindow": 1_000_000, "compaction": {"auto": False, "maxTokens": -1},

@@ -8,7 +8,7 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from protocol import methods
-from sidecar.tools.synthetic import coding_session
+from sidecar.cli.synthetic import coding_session
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 OLD_FACT = "The staging password hint is PLATYPUS-7, rotated on Tuesdays."

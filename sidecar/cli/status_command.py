@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from sidecar.tools.proxy_command import DEFAULT_PORT, HOST
+from sidecar.cli.proxy_command import DEFAULT_PORT, HOST
 
 
 def add_command(commands: Any) -> None:
@@ -23,7 +23,7 @@ def add_command(commands: Any) -> None:
 
 def run_status(port: int, as_json: bool) -> int:
     """Print the figures; 1 when no proxy answers."""
-    from sidecar.tools.wrap_command import running_proxy
+    from sidecar.cli.wrap_command import running_proxy
 
     stats = running_proxy(port)
     if stats is None:

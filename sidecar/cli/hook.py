@@ -26,8 +26,8 @@ from typing import IO, Any
 from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
+from sidecar.cli import SERVER_COMMAND
 from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.tools import SERVER_COMMAND
 
 log = logging.getLogger("context-sidecar.hook")
 

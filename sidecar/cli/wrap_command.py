@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sidecar.tools.proxy_command import HOST, ProxyOptions, add_options, running
+from sidecar.cli.proxy_command import HOST, ProxyOptions, add_options, running
 
 log = logging.getLogger(__name__)
 

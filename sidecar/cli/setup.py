@@ -22,8 +22,8 @@ from sidecar.agents import config as agent_config
 from sidecar.agents.config import SERVER, claude_files, codex_file
 from sidecar.agents.jsonedit import JsonEditError, loads, new_document
 from sidecar.agents.tomledit import TomlEditError
-from sidecar.tools import setup_record
-from sidecar.tools.setup_record import Made
+from sidecar.cli import setup_record
+from sidecar.cli.setup_record import Made
 
 AGENTS = ("claude-code", "codex")
 Edit = Callable[[str, str], tuple[str, list[str]]]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from protocol.types import ImportResult
 from sidecar.agents.follow import Follower, NothingYet, Step, nothing_yet
+from sidecar.cli import plural, report_error, say, spawn_server, usage_text
 from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.tools import plural, report_error, say, spawn_server, usage_text
 
 # Importing stores history; compacting it is for the next agent or editor session that uses it.
 SETTINGS = {"compaction": {"auto": False}}

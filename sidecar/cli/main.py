@@ -16,7 +16,7 @@ from sidecar import __version__
 from sidecar.config.defaults import DEFAULT_MEMORY_LIMIT
 
 if TYPE_CHECKING:
-    from sidecar.tools.prompt_cache import Prices
+    from sidecar.cli.prompt_cache import Prices
 
 DESCRIPTION = """\
 Context management for LLM coding tools, spoken to over JSON-RPC on stdio (LSP framing).
@@ -130,13 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
 
-    from sidecar.tools.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
+    from sidecar.cli.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
 
     add_proxy(commands, in_command)
-    from sidecar.tools.wrap_command import add_command as add_wrap
+    from sidecar.cli.wrap_command import add_command as add_wrap
 
     add_wrap(commands, in_command)
-    from sidecar.tools.status_command import add_command as add_status
+    from sidecar.cli.status_command import add_command as add_status
 
     add_status(commands)
 
@@ -227,7 +227,7 @@ def settings_object(text: str) -> dict[str, Any]:
 
 def price_table(text: str) -> Prices:
     """``--prices``: a price table, or argparse's error (exit 2) saying what is wrong."""
-    from sidecar.tools.prompt_cache import parse_prices  # not imported when serving: start-up time
+    from sidecar.cli.prompt_cache import parse_prices  # not imported when serving: start-up time
 
     try:
         return parse_prices(text)
@@ -250,19 +250,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_file)
     if args.command in ("demo", "import", "replay"):
-        from sidecar.tools import log_server_like_the_tool
+        from sidecar.cli import log_server_like_the_tool
 
         log_server_like_the_tool(args.verbose or 0, args.log_file)
     if args.command == "demo":
-        from sidecar.tools.demo import run_demo
+        from sidecar.cli.demo import run_demo
 
         return run_demo(db=args.db, messages=args.messages)
     if args.command == "import":
-        from sidecar.tools.import_command import run_import
+        from sidecar.cli.import_command import run_import
 
         return run_import(args.file, db=args.db, session=args.session, fmt=args.format, follow=args.follow)
     if args.command == "replay":
-        from sidecar.tools.replay import run_replay
+        from sidecar.cli.replay import run_replay
 
         return run_replay(args.file, db=args.db, session=args.session, fmt=args.format,
                           context_window=args.context_window, mode=args.mode, quiet=args.quiet,
@@ -273,20 +273,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(db=args.db, settings=args.settings, log_file=args.log_file, verbose=args.verbose)
     if args.command == "hook":
-        from sidecar.tools.hook import run_hook
+        from sidecar.cli.hook import run_hook
 
         return run_hook(args.agent, db=args.db, log_file=args.log_file)
     if args.command == "setup":
-        from sidecar.tools.setup import run_setup
+        from sidecar.cli.setup import run_setup
 
         return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
     if args.command == "proxy":
-        from sidecar.tools.proxy_command import ProxyOptions, run_proxy
+        from sidecar.cli.proxy_command import ProxyOptions, run_proxy
 
         return run_proxy(ProxyOptions.from_args(args))
     if args.command == "wrap":
-        from sidecar.tools.proxy_command import ProxyOptions as WrapOptions
-        from sidecar.tools.wrap_command import default_log, run_wrap
+        from sidecar.cli.proxy_command import ProxyOptions as WrapOptions
+        from sidecar.cli.wrap_command import default_log, run_wrap
 
         if not args.log_file:
             default_log().parent.mkdir(parents=True, exist_ok=True)
@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
         return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
     if args.command == "status":
-        from sidecar.tools.status_command import run_status
+        from sidecar.cli.status_command import run_status
 
         return run_status(args.port, args.json)
     if args.command == "host":

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from protocol.types import CompactResult, Usage
+from sidecar.cli import plural, report_error, spawn_server
+from sidecar.cli.synthetic import coding_session
 from sidecar.client import SidecarClient, SidecarRequestError
-from sidecar.tools import plural, report_error, spawn_server
-from sidecar.tools.synthetic import coding_session
 
 BUDGET = 6000
 

@@ -1,4 +1,4 @@
-"""Command-line tools built on the Python client: transcript import and replay."""
+"""The `context-sidecar` command line: its subcommands and what they share."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from protocol import errors as codes
 from protocol.types import AssembleResult, DidCompactParams, Message, SessionInfo, Usage
+from sidecar.cli import plural, report_error, say, spawn_server, usage_text
+from sidecar.cli.prompt_cache import Prices, PromptCache, PromptCost
 from sidecar.client import SidecarClient, SidecarRequestError
 from sidecar.importers import ImportFormatError, ParsedTranscript, parse_transcript
-from sidecar.tools import plural, report_error, say, spawn_server, usage_text
-from sidecar.tools.prompt_cache import Prices, PromptCache, PromptCost
 
 REPORT_POLICIES = {
     "auto": "the transcript's provider usage is reported until the sidecar prunes or compacts",
