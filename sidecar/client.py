@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Callback = Callable[[Any], Awaitable[None] | None]
 WillCompactHook = Callable[[t.WillCompactParams], Awaitable[t.WillCompactResult] | t.WillCompactResult]
+SummarizeHook = Callable[[t.SummarizeParams], Awaitable[t.SummarizeResult]]
+"""Runs a summary call (``context/summarize``) on the client's model; raise SidecarRequestError to refuse it."""
 
 CANCEL_REQUEST = "$/cancelRequest"
 PROGRESS = "$/progress"
@@ -64,9 +66,12 @@ class SidecarClient:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  process: asyncio.subprocess.Process | None = None, settings: dict[str, Any] | None = None,
-                 will_compact: WillCompactHook | None = None) -> None:
+                 will_compact: WillCompactHook | None = None, summarize: SummarizeHook | None = None) -> None:
         self.settings = settings
         self.will_compact = will_compact
+        self.summarize = summarize
+        """Declared as ``summaries`` at initialize: the server sends the summary calls of the sessions this client
+        stores messages in."""
         self.process = process
         self.initialize_result: dict[str, Any] = {}
         self.returncode: int | None = None
@@ -94,7 +99,8 @@ class SidecarClient:
                     settings: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                     capabilities: dict[str, Any] | None = None, will_compact: WillCompactHook | None = None,
                     stderr: int | str | os.PathLike[str] | IO[Any] | None = None,
-                    timeout: float = 30.0, new_session: bool = False) -> SidecarClient:
+                    timeout: float = 30.0, new_session: bool = False,
+                    summarize: SummarizeHook | None = None) -> SidecarClient:
         """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path;
         ``new_session``: in a session of its own, out of the terminal's reach (Ctrl-C does not stop it)."""
         argv = list(command or [sys.executable, "-P", "-m", "sidecar"])
@@ -110,7 +116,7 @@ class SidecarClient:
             if log_file is not None:
                 log_file.close()  # the child holds its own descriptor
         assert process.stdout is not None and process.stdin is not None
-        client = cls(process.stdout, process.stdin, process, settings, will_compact)
+        client = cls(process.stdout, process.stdin, process, settings, will_compact, summarize)
         try:
             await asyncio.wait_for(client.initialize(capabilities), timeout)
         except BaseException:
@@ -121,9 +127,10 @@ class SidecarClient:
     @classmethod
     async def connect(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       settings: dict[str, Any] | None = None, capabilities: dict[str, Any] | None = None,
-                      will_compact: WillCompactHook | None = None, initialize: bool = True) -> SidecarClient:
+                      will_compact: WillCompactHook | None = None, initialize: bool = True,
+                      summarize: SummarizeHook | None = None) -> SidecarClient:
         """A client over already-open streams; initializes the server unless ``initialize`` is false."""
-        client = cls(reader, writer, None, settings, will_compact)
+        client = cls(reader, writer, None, settings, will_compact, summarize)
         if initialize:
             await client.initialize(capabilities)
         return client
@@ -133,6 +140,8 @@ class SidecarClient:
         sidecar = dict(capabilities or {})
         if self.will_compact is not None:
             sidecar.setdefault("compactionHooks", True)
+        if self.summarize is not None:
+            sidecar.setdefault("summaries", True)
         params = {
             "processId": os.getpid(),
             "clientInfo": {"name": "context-sidecar-client"},
@@ -564,6 +573,10 @@ class SidecarClient:
             if inspect.isawaitable(outcome):
                 outcome = await outcome
             return unstructure(outcome)
+        if method == methods.CONTEXT_SUMMARIZE:
+            if self.summarize is None:
+                raise SidecarRequestError(codes.METHOD_NOT_FOUND, "this client runs no summary calls")
+            return unstructure(await self.summarize(structure(params, t.SummarizeParams)))
         if method == WORK_DONE_PROGRESS_CREATE:
             return None
         if method == WORKSPACE_CONFIGURATION:

@@ -165,6 +165,9 @@ class Host:
         self._frozen = False
         self._numbers = itertools.count(1)
         self.leaving: set[Any] = set()
+        self.drivers: dict[str, Any] = {}
+        """Per session, the connection that declared ``summaries`` and stored its messages last: it runs the
+        session's summary calls."""
         """Connections whose client has gone while their requests finish: told of no other session's changes."""
         self.errors = 0
         """Records of ERROR or worse logged: a host that logged none removes its log file when it exits."""
@@ -401,6 +404,8 @@ class Host:
         """A connection ended: what still runs of its work is cancelled (a stopping host); it follows and watches
         nothing any more."""
         self.transcripts.drop(server)
+        for session_id in [key for key, driver in self.drivers.items() if driver is server]:
+            del self.drivers[session_id]
         for future in server.protocol.handling():
             future.cancel()
         # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them).

@@ -8,7 +8,7 @@ import importlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -75,6 +75,9 @@ class CompactionPeer(Protocol):
     def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a task the server keeps until it ends."""
 
+    def summary_asker(self, session_id: str) -> Callable[[Any, float], Awaitable[Any]] | None:
+        """How to ask the client driving the session for a summary call, if one that declared ``summaries`` does."""
+
 
 class CompactionRunner:
     """Starts compactions, manual and automatic, and tells the client about them."""
@@ -95,6 +98,16 @@ class CompactionRunner:
             self._summarizer = summarizer_from_settings(self.sidecar.settings.llm)
             self._summarizer_key = key
         return self._summarizer
+
+    def summarizer_for(self, session_id: str) -> Summarizer:
+        """The session's summarizer: the model of the client driving it, if that client runs summary calls, else
+        ``summarizer()``."""
+        ask = self.server.summary_asker(session_id)
+        if ask is None:
+            return self.summarizer()
+        from sidecar.summarizers.client import ClientSummarizer
+
+        return ClientSummarizer(ask, session_id, self.sidecar.settings.llm)
 
     def answerer(self) -> Answerer | None:
         """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
@@ -133,8 +146,11 @@ class CompactionRunner:
                        self.sidecar.runtime.of(session_id))
         begun.state.compacting = True
         try:
-            begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
-                                          progress=self._progress_reporter(begun.token, session_id))
+            summarizer = self.summarizer_for(session_id)
+            # A client's model call that fails never fails the compaction: the deterministic summary stands in.
+            begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
+                                          progress=self._progress_reporter(begun.token, session_id),
+                                          fall_back_on_failure=summarizer.name == "client")
             begun.session = begun.compaction.load()
             begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
                                                                 tail=begun.compaction.loaded_context())
@@ -179,13 +195,19 @@ class CompactionRunner:
         log.info("compaction of %s (%s, %s): %s, %d -> %d tokens, %d calls, %.1f ms in the database",
                  session_id, outcome.mode, trigger, "done" if outcome.compacted else outcome.reason,
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
+        spent = getattr(compaction.summarizer, "spent", None)
+        if spent is not None and spent.calls:
+            log.info("summary calls of %s on the client's model (%s): %d, %d tokens in, %d out, %d cache reads",
+                     session_id, ", ".join(sorted(spent.models)) or "unnamed", spent.calls, spent.input_tokens,
+                     spent.output_tokens, spent.cache_read_tokens)
         if outcome.compacted:
             self.server.settle_later()
             # After the usage pushed above, so a client that reacts to didCompact already has the new usage.
             self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
-                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
+                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten,
+                summarizers=outcome.summarizers or None)))
         return self._result(session_id, outcome)
 
     async def record(self, params: RecordCompactionParams, upto: int | None = None) -> RecordCompactionResult:
@@ -339,7 +361,7 @@ class CompactionRunner:
         if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
-        if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
+        if self.summarizer_for(session_id).name != "deterministic" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
         mode = self.sidecar.settings.compaction.mode
