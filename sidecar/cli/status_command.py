@@ -15,7 +15,8 @@ def add_command(commands: Any) -> None:
         "status", help="the running proxy's figures per session",
         description="Ask the proxy on 127.0.0.1:--port for its figures (GET /stats) and print them per session: "
                     "requests, the tokens the agent sent against those forwarded, the provider's cache hit rate, "
-                    "compactions. Exit 1 when no proxy answers there.")
+                    "compactions, who wrote the summaries and what the summary calls cost. Exit 1 when no proxy "
+                    "answers there.")
     status.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                         help=f"the proxy's port (default {DEFAULT_PORT})")
     status.add_argument("--json", action="store_true", help="print GET /stats as it is")
@@ -45,9 +46,33 @@ def run_status(port: int, as_json: bool) -> int:
         print(f"  {_short(entry['sessionId']):<40} {entry['provider']:<9} {entry['requests']:>8,} "
               f"{entry['agentTokens']:>11,} {entry['forwardedTokens']:>11,} "
               f"{'-' if rate is None else f'{rate:.1%}':>10} {entry['compactions']:>11,}")
+        line = summaries_line(entry)
+        if line:
+            print(f"    {line}")
     print("  sent and forwarded: estimated tokens of whole request bodies (UTF-8 bytes / 4); cache hits: the "
           "provider's cache reads / prompt tokens")
     return 0
+
+
+WRITERS = {"client": "the agent's model", "openai": "the llm setting's model", "deterministic": "deterministic"}
+
+
+def summaries_line(entry: dict[str, Any]) -> str:
+    """Who wrote a session's summaries and what its summary calls cost; "" before any."""
+    summaries = entry.get("summaries") or {}
+    written = summaries.get("writtenBy") or {}
+    calls = summaries.get("calls") or 0
+    if not written and not calls:
+        return ""
+    model = summaries.get("model")
+    names = [f"{WRITERS.get(name, name)}{f' ({model})' if name == 'client' and model else ''} {count:,}"
+             for name, count in sorted(written.items())]
+    text = f"summaries by {', '.join(names) or 'none yet'}"
+    if calls:
+        text += (f"; summary calls {calls:,} ({summaries.get('failed', 0):,} failed): "
+                 f"{summaries.get('inputTokens', 0):,} tokens in, {summaries.get('outputTokens', 0):,} out, "
+                 f"{summaries.get('cacheReadTokens', 0):,} cache reads")
+    return text
 
 
 def _short(text: str, width: int = 40) -> str:

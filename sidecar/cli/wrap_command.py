@@ -125,7 +125,10 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
         if not port_given:
             options.port = 0 if _taken(options.port) else options.port
         async with running(options) as app:
-            return await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
+            code = await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
+            await app.proxy.settle()
+            report_summaries(app.stats())
+            return code
 
     try:
         return asyncio.run(main())
@@ -136,6 +139,17 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
         print(f"context-sidecar wrap: cannot listen on {HOST}:{options.port}: {error.strerror or error}",
               file=sys.stderr)
         return 1
+
+
+def report_summaries(stats: dict[str, Any]) -> None:
+    """One line on stderr per session of the run that compacted: who wrote its summaries, what the calls cost."""
+    from sidecar.cli.status_command import summaries_line
+
+    for entry in stats.get("sessions") or ():
+        line = summaries_line(entry)
+        if line:
+            print(f"context-sidecar: {entry['sessionId']}: {entry['compactions']} compactions; {line}",
+                  file=sys.stderr)
 
 
 def mismatch(found: dict[str, Any], options: ProxyOptions, agent: str) -> str | None:

@@ -17,6 +17,7 @@ from sidecar.proxy.conversation import Conversation, Prepared
 from sidecar.proxy.core import Proxy, forget
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.seen import Seen
+from sidecar.proxy.summary_calls import SummaryCalls
 from sidecar.proxy.upstream import Upstream, join, response_headers
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ class App:
     """Serves the agent's requests."""
 
     def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, adapters: dict[str, Adapter],
-                 storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT) -> None:
+                 storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT,
+                 summary_calls: SummaryCalls | None = None, summarizer: str = "agent") -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.upstreams = upstreams
@@ -59,6 +61,10 @@ class App:
         """By route: ``POST <path>`` → the adapter of that API."""
         self.storage = storage
         self.prepare_timeout = prepare_timeout
+        self.summary_calls = summary_calls
+        """Runs the sidecar's summary calls on the agent's model (None: ``--summarizer`` says otherwise)."""
+        self.summarizer = summarizer
+        """``--summarizer``: ``agent``, ``settings`` or ``deterministic``."""
         self.port: int | None = None
 
     async def handle(self, request: HttpRequest, responder: Responder) -> None:
@@ -99,6 +105,10 @@ class App:
             # Claude Code's title and topic calls carry its session id but no tools: not the agent's conversation.
             self.proxy.stats.side(conversation.session_id)
             return Prepared(request.body, conversation, None, parsed.stream)
+        if self.summary_calls is not None and not request.path.endswith("/count_tokens"):
+            # Before its messages reach the host: a compaction they start makes its summary calls this way.
+            self.summary_calls.remember(conversation.session_id, adapter.name, self.upstream_url(adapter, request)[1],
+                                        request.headers, parsed.values)
         work = asyncio.ensure_future(self._locked(adapter, request.path, parsed, seen, conversation))
         done, _ = await asyncio.wait((work,), timeout=self.prepare_timeout)
         if work in done:
@@ -121,9 +131,7 @@ class App:
     async def forward(self, request: HttpRequest, responder: Responder, adapter: Adapter | None,
                       prepared: Prepared | None, body: bytes) -> None:
         """Send the request upstream and its answer back unchanged; record the answer when it is complete."""
-        anthropic = adapter.name == "anthropic" if adapter is not None else _anthropic(request)
-        base = self.upstreams.anthropic if anthropic else self.upstreams.openai
-        url = join(base, request.target, strip_version=not anthropic)
+        base, url = self.upstream_url(adapter, request)
         try:
             async with self.upstream.send(request.method, url, request.headers, body) as response:
                 recorder = None
@@ -152,11 +160,19 @@ class App:
             return
         await responder.end()
 
+    def upstream_url(self, adapter: Adapter | None, request: HttpRequest) -> tuple[str, str]:
+        """The upstream base URL of a request, and the URL it goes to."""
+        anthropic = adapter.name == "anthropic" if adapter is not None else _anthropic(request)
+        base = self.upstreams.anthropic if anthropic else self.upstreams.openai
+        return base, join(base, request.target, strip_version=not anthropic)
+
     def stats(self) -> dict[str, Any]:
         """What GET /stats answers."""
         return {"server": SERVER_NAME, "version": __version__, "pid": os.getpid(), "port": self.port,
                 "storage": self.storage, "upstreams": {"anthropic": self.upstreams.anthropic,
                                                        "openai": self.upstreams.openai},
+                "summarizer": self.summarizer,
+                "summaryModel": self.summary_calls.model if self.summary_calls is not None else None,
                 "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
                 "sessions": self.proxy.stats.as_json()}
 

@@ -73,7 +73,7 @@ class Proxy:
                     branch.forget_prompt()
 
     def _on_compact(self, event: t.DidCompactParams) -> None:
-        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
+        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after, event.summarizers)
         self._compacted(event.session_id)
 
     def session_of(self, adapter: Adapter, request: Request, seen: Seen) -> str:

@@ -408,7 +408,10 @@ class Host:
             del self.drivers[session_id]
         for future in server.protocol.handling():
             future.cancel()
-        # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them).
+        # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them);
+        # those begun ahead of a threshold the session will not reach without this client apply their summaries.
+        if server.compactions is not None:
+            server.compactions.land_all_ahead()
         if server.background_tasks and not self._stopping():
             await asyncio.wait(list(server.background_tasks), timeout=FINISH_SECONDS)
         for task in list(server.background_tasks):
@@ -437,7 +440,8 @@ def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
     host = Host(db, Path(socket_file), linger, memory_limit)
     logging.getLogger().addHandler(_ErrorCount(host))
     # pygls loads while DuckDB opens the file (and replays its WAL): relays waiting on a new host wait less.
-    threading.Thread(target=importlib.import_module, args=("sidecar.rpc.handlers",), daemon=True).start()
+    importing = threading.Thread(target=importlib.import_module, args=("sidecar.rpc.handlers",), daemon=True)
+    importing.start()
     try:
         host.open()
         host.listen()
@@ -445,6 +449,9 @@ def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
         message = getattr(error, "message", None) or str(error)
         _tell_starter(f"error {getattr(error, 'code', 0)} {message}")
         return 1
+    # Ready once it can answer a handshake at once: a connection's server needs those modules, and on a loaded
+    # machine their import outlasted the relay's HANDSHAKE_WAIT, which took the new host for no host at all.
+    importing.join()
     # Its starter may be gone (a client killed as it started): other relays may be waiting for this host all the
     # same, and if none comes it leaves, tidily, after ``linger``.
     _tell_starter(f"ready {os.getpid()}")
