@@ -20,7 +20,7 @@ from protocol import errors as codes
 from protocol import methods
 from protocol import types as t
 from sidecar.client import SidecarClient, SidecarRequestError
-from tests.helpers.hosts import WAIT
+from tests.helpers.hosts import WAIT, sock_of, until_logged
 
 RULE = "Never push to the main branch without a review."
 SETTINGS = {"compaction": {"auto": False, "freshTail": 2, "leafChunkSize": 4, "minSavings": 0,
@@ -69,8 +69,8 @@ def env_for(runtime: Path) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def client(db: Path, runtime: Path, model: Model | None = None, share: bool = True,
-                 settings: dict[str, Any] | None = None) -> AsyncIterator[SidecarClient]:
-    command = [sys.executable, "-P", "-m", "sidecar", *([] if share else ["--no-share"])]
+                 settings: dict[str, Any] | None = None, verbose: bool = False) -> AsyncIterator[SidecarClient]:
+    command = [sys.executable, "-P", "-m", "sidecar", *([] if share else ["--no-share"]), *(["-v"] if verbose else [])]
     started = await SidecarClient.spawn(command, settings={"storage": {"path": str(db)}, **(settings or SETTINGS)},
                                         env=env_for(runtime), timeout=WAIT, summarize=model)
     with contextlib.suppress(SidecarRequestError):
@@ -204,3 +204,53 @@ async def test_a_process_of_its_own_asks_its_client_too(tmp_path: Path, runtime:
 async def test_initialize_says_the_server_takes_summary_calls(tmp_path: Path, runtime: Path) -> None:
     async with client(tmp_path / "m.duckdb", runtime, Model(), share=False) as agent:
         assert agent.capabilities.get("clientSummaries") is True
+
+
+AHEAD = {"compaction": {"maxTokens": 3000, "freshTail": 2, "leafChunkSize": 4, "minSavings": 0, "keepRecentTokens": 0,
+                        "summarizeAhead": 0.5}, "llm": {"timeoutSeconds": 30}}
+WRITTEN_AHEAD = "summaries written ahead, waiting for the threshold"
+
+
+async def test_summaries_are_written_ahead_and_replace_the_history_at_the_threshold(tmp_path: Path,
+                                                                                   runtime: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    model = Model()
+    async with client(db, runtime, model, settings=AHEAD, verbose=True) as agent:
+        usage = (await agent.ingest("s", history())).usage
+        assert usage.threshold / 2 <= usage.tokens < usage.threshold
+        await until_logged(sock_of(runtime, db).with_suffix(".log"), WRITTEN_AHEAD)
+        calls = len(model.calls)
+        assert calls
+        # Written, not applied: the history is as it was, and the session is not shown compacting.
+        assert not [item for item in (await agent.assemble("s")).items if item.kind == "summary"]
+        assert (await agent.usage("s")).state != "compacting"
+        compacted = agent.wait_for_notification(methods.CONTEXT_DID_COMPACT)
+        crossed = await agent.ingest("s", [{"id": f"big{n}", "role": "user", "content": f"more {n} " * 300}
+                                           for n in range(4)])
+        assert crossed.usage.tokens >= crossed.usage.threshold
+        event = await compacted
+        assert event.trigger == "auto" and set(event.summarizers or {}) == {"client"}
+        assert len(model.calls) == calls  # no summary call after the threshold: they were made before it
+        assert (await summaries_of(agent, "s"))[0].startswith("MODEL SUMMARY")
+
+
+async def test_a_compact_request_lands_the_summaries_written_ahead_at_once(tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    model = Model()
+    async with client(db, runtime, model, settings=AHEAD, verbose=True) as agent:
+        await agent.ingest("s", history())
+        await until_logged(sock_of(runtime, db).with_suffix(".log"), WRITTEN_AHEAD)
+        calls = len(model.calls)
+        result = await agent.compact("s")
+        assert result.compacted and len(model.calls) == calls
+        assert (await summaries_of(agent, "s"))[0].startswith("MODEL SUMMARY")
+
+
+async def test_a_deterministic_session_is_not_compacted_ahead(tmp_path: Path, runtime: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    async with client(db, runtime, None, settings=AHEAD) as editor:
+        usage = (await editor.ingest("s", history())).usage
+        assert usage.threshold / 2 <= usage.tokens < usage.threshold
+        # Nothing to win by writing a deterministic summary early: the history stays until the threshold.
+        assert not [item for item in (await editor.assemble("s")).items if item.kind == "summary"]
+        assert (await editor.usage("s")).state != "compacting"

@@ -156,7 +156,8 @@ class SessionFigures:
         postpone = self.settings.prune.postpone_compaction
         pruned = 0 if postpone else max(0, self.estimated_tokens(session, prune=False) - estimate)
         state = self.runtime.get(session.session_id)
-        figures = usage_figures(tokens, window, self.settings.compaction, state is not None and state.compacting,
+        figures = usage_figures(tokens, window, self.settings.compaction,
+                                state is not None and state.compacting and not state.waiting,
                                 pruned)
         idle = state.idle_at if state is not None and self.settings.compaction.automatic else None
         hint = (idle and not_compacted_hint(figures.state, figures.percent, idle[1])) or figures.hint

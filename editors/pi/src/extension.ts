@@ -10,6 +10,7 @@ import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, Usage
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
+import { summarize } from './summaries';
 import { branchMessages, MESSAGE_OVERHEAD_TOKENS, textTokens, wireText } from './wire';
 
 export const STATUS_KEY = 'context-sidecar';
@@ -266,6 +267,7 @@ export class PiSidecar {
         db: this.settings.db,
         cwd,
         initializationOptions: initializationOptions(this.settings),
+        summarize: (params) => summarize(params, this.ctx),
       });
       this.sidecar = sidecar;
       sidecar.onNotification(Methods.CONTEXT_DID_CHANGE_USAGE, (usage: Usage) => this.showUsage(usage));

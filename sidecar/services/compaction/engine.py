@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import attrs
 
@@ -88,8 +88,10 @@ class Compaction:
         """Messages and summaries in the current context, as willCompact reports them."""
         return len(self.rewrite.nodes)
 
-    async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None) -> Outcome:
-        """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff."""
+    async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None,
+                  ready: Callable[[], Awaitable[None]] | None = None) -> Outcome:
+        """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff; ``ready``, when
+        given, is awaited between writing the summaries and applying them (a compaction begun ahead of time)."""
         rewrite = self.rewrite
         session, before = self._begin(tokens_before)
         # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
@@ -114,6 +116,8 @@ class Compaction:
             return self._outcome(False, before, before, rounds,
                                  f"not worth a rewrite: it would save {raw_before - virtual_after:,} of "
                                  f"{raw_before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
+        if ready is not None:
+            await ready()
         # No await from here to the write: a pin can no longer slip in between.
         rewrite.keep_newly_anchored()
         rewrite.apply()

@@ -88,6 +88,8 @@ class CompactionRunner:
         self._summarizer: Summarizer | None = None
         self._summarizer_key: Any = None
         self.calls: deque[float] = deque()
+        self.ahead: set[str] = set()
+        """Sessions whose automatic compaction this connection began ahead of their threshold, still running."""
 
     def summarizer(self) -> Summarizer:
         """The summarizer for the current settings, rebuilt when they change."""
@@ -140,6 +142,7 @@ class CompactionRunner:
         """Once no compaction of the session runs: the result of the last one waited for (None: none ran, or it
         failed), with the session's usage now."""
         result: CompactResult | None = None
+        self.land_ahead(session_id)
         while (running := self.sidecar.runtime.of(session_id).running) is not None:
             log.info("session %s: waiting for the compaction that is running", session_id)
             result = await asyncio.shield(running)
@@ -212,7 +215,8 @@ class CompactionRunner:
             if token is not None:
                 self._begin_progress(token, mode)
             try:
-                outcome = await compaction.run(supplied, tokens_before)
+                outcome = await compaction.run(supplied, tokens_before,
+                                               None if begun.staged is None else begun.until_threshold)
                 if outcome.compacted:
                     begun.state.note_compacted()
                 elif trigger == "auto":  # usage tells why until the context has grown enough to try again
@@ -385,11 +389,28 @@ class CompactionRunner:
             self.calls.popleft()
         return len(self.calls)
 
+    def land_ahead(self, session_id: str) -> None:
+        """The compaction begun ahead of the session's threshold applies its summaries as soon as they are written."""
+        state = self.sidecar.runtime.get(session_id)
+        if state is not None and state.staged is not None:
+            state.staged.set()
+
+    def land_all_ahead(self) -> None:
+        """Every compaction this connection began ahead applies its summaries once written (the connection ends)."""
+        for session_id in list(self.ahead):
+            self.land_ahead(session_id)
+
     def maybe_auto(self, session_id: str, usage: Usage) -> None:
-        """Start a background compaction when the session is over its threshold and nothing holds it back."""
+        """Start a background compaction when the session is over its threshold and nothing holds it back; one
+        whose summaries a model writes starts ahead, at ``summarizeAhead`` of the threshold, and applies them at it."""
         settings = self.sidecar.settings.compaction
-        if not settings.automatic or usage.tokens < usage.threshold:
+        if not settings.automatic:
             return
+        ahead = usage.tokens < usage.threshold
+        if ahead and (settings.summarize_ahead >= 1 or usage.tokens < settings.summarize_ahead * usage.threshold):
+            return
+        if not ahead:
+            self.land_ahead(session_id)
         state = self.sidecar.runtime.get(session_id)
         if state is not None and (state.compacting or state.backed_off(time.monotonic())):
             return
@@ -403,6 +424,8 @@ class CompactionRunner:
         if self.summarizer_for(session_id).name != "deterministic" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
+        if ahead and self.summarizer_for(session_id).name == "deterministic":
+            return  # it takes no time: nothing to win by writing it ahead
         mode = self.sidecar.settings.compaction.mode
         try:
             # Begun here, in the request that crossed the threshold: the messages that follow it are not compacted
@@ -411,8 +434,14 @@ class CompactionRunner:
         except Exception as error:
             self._auto_failed(session_id, error)
             return
+        if ahead:
+            begun.staged = begun.state.staged = asyncio.Event()
+            self.ahead.add(session_id)
+            log.info("session %s at %d of its %d-token threshold: its summaries are written ahead", session_id,
+                     usage.tokens, usage.threshold)
         task = self.server.run_in_background(self._auto(begun))
         task.add_done_callback(lambda _: begun.release(settle=True))  # also when cancelled before it ever ran
+        task.add_done_callback(lambda _: self.ahead.discard(session_id))
 
     async def _auto(self, begun: _Begun) -> None:
         try:
@@ -448,6 +477,20 @@ class _Begun:
     session: SessionRow | None = None
     tokens_before: int = 0
     released: bool = False
+    staged: asyncio.Event | None = None
+    """Begun ahead of the threshold: its summaries are applied once this is set."""
+
+    async def until_threshold(self) -> None:
+        """Wait, the summaries written, until the session reaches its threshold (or someone else needs them)."""
+        assert self.staged is not None
+        if not self.staged.is_set():
+            self.state.waiting = True
+            log.info("session %s: summaries written ahead, waiting for the threshold", self.session_id)
+            try:
+                await self.staged.wait()
+            finally:
+                self.state.waiting = False
+        log.info("session %s: the summaries written ahead replace the history now", self.session_id)
 
     def release(self, settle: bool = False) -> None:
         """The session is no longer being compacted (once: later calls change nothing); with ``settle``, those who
@@ -457,6 +500,8 @@ class _Begun:
             self.state.compacting = False
             if self.state.running is self.done:
                 self.state.running = None
+            if self.staged is not None and self.state.staged is self.staged:
+                self.state.staged = None
         if settle:
             self.settle(None)
 
