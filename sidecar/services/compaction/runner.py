@@ -111,8 +111,35 @@ class CompactionRunner:
             await closer()
 
     async def compact(self, params: CompactParams, trigger: str = "manual") -> CompactResult:
-        """Run one compaction; raises SidecarError with the protocol's codes."""
+        """Run one compaction; raises SidecarError with the protocol's codes.
+
+        One of the session running already (automatic, or another client's) is waited for: its result answers when
+        it left the session under its threshold, else this one runs after it.
+        """
+        self._mode(params)
+        self.sidecar.session(params.session_id)  # -32001 before any wait
+        ended = await self.after_running(params.session_id)
+        if ended is not None and ended.compacted and ended.usage.tokens < ended.usage.threshold:
+            return ended
         return await self._finish(self._begin(params, trigger))
+
+    async def after_running(self, session_id: str) -> CompactResult | None:
+        """Once no compaction of the session runs: the result of the last one waited for (None: none ran, or it
+        failed), with the session's usage now."""
+        result: CompactResult | None = None
+        while (running := self.sidecar.runtime.of(session_id).running) is not None:
+            log.info("session %s: waiting for the compaction that is running", session_id)
+            result = await asyncio.shield(running)
+        if result is None:
+            return None
+        return attrs.evolve(result, usage=self.sidecar.usage(self.sidecar.session(session_id)))
+
+    def _mode(self, params: CompactParams) -> str:
+        """The mode asked for, else the settings'; -32602 for an unknown one."""
+        mode = params.mode or self.sidecar.settings.compaction.mode
+        if mode not in methods.COMPACTION_MODES:
+            raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
+        return mode
 
     def _begin(self, params: CompactParams, trigger: str) -> _Begun:
         """Check, mark the session compacting and read its context, all before any await.
@@ -121,17 +148,15 @@ class CompactionRunner:
         sends next, and a second trigger in the same turn of the loop finds the session taken.
         """
         session_id = params.session_id
-        mode = params.mode or self.sidecar.settings.compaction.mode
-        if mode not in methods.COMPACTION_MODES:
-            raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
+        mode = self._mode(params)
         if self.sidecar.runtime.compacting(session_id):
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
         from sidecar.services.compaction.engine import Compaction  # loaded with the first compaction
 
         begun = _Begun(session_id, mode, trigger, params.focus, params.work_done_token,
-                       self.sidecar.runtime.of(session_id))
-        begun.state.compacting = True
+                       self.sidecar.runtime.of(session_id), asyncio.get_running_loop().create_future())
+        begun.state.compacting, begun.state.running = True, begun.done
         try:
             begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
                                           progress=self._progress_reporter(begun.token, session_id))
@@ -139,12 +164,22 @@ class CompactionRunner:
             begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
                                                                 tail=begun.compaction.loaded_context())
         except BaseException:
-            begun.release()  # no await since it was marked: nobody saw it compacting
+            begun.release(settle=True)  # no await since it was marked: nobody saw it compacting
             raise
         return begun
 
     async def _finish(self, begun: _Begun) -> CompactResult:
-        """Summarize and write what ``_begin`` read; the session is released however this ends."""
+        """Summarize and write what ``_begin`` read; the session is released however this ends, and whoever waits
+        for this compaction gets its result (None when it fails)."""
+        try:
+            result = await self._summarize_and_write(begun)
+        except BaseException:
+            begun.settle(None)
+            raise
+        begun.settle(result)
+        return result
+
+    async def _summarize_and_write(self, begun: _Begun) -> CompactResult:
         from sidecar.services.compaction.engine import Outcome
 
         session_id, mode, trigger, token = begun.session_id, begun.mode, begun.trigger, begun.token
@@ -210,6 +245,7 @@ class CompactionRunner:
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
                                "record this one after it")
         state = self.sidecar.runtime.of(session_id)
+        running = state.running = asyncio.get_running_loop().create_future()
         state.compacting = True
         try:
             compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
@@ -223,6 +259,9 @@ class CompactionRunner:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
             state.compacting = False
+            if state.running is running:
+                state.running = None
+            running.set_result(None)  # a context/compact waiting for it compacts next, if still needed
             self._push_usage(session_id)
         if not outcome.compacted:
             return self._recorded(session_id, False, None, outcome.reason)
@@ -351,7 +390,7 @@ class CompactionRunner:
             self._auto_failed(session_id, error)
             return
         task = self.server.run_in_background(self._auto(begun))
-        task.add_done_callback(lambda _: begun.release())  # also when cancelled before it ever ran
+        task.add_done_callback(lambda _: begun.release(settle=True))  # also when cancelled before it ever ran
 
     async def _auto(self, begun: _Begun) -> None:
         try:
@@ -381,13 +420,25 @@ class _Begun:
     token: Any
     """The client's work-done progress token, if any."""
     state: SessionRuntime
+    done: asyncio.Future[CompactResult | None]
+    """Its result for those who wait for it (``CompactionRunner.after_running``)."""
     compaction: Compaction | None = None
     session: SessionRow | None = None
     tokens_before: int = 0
     released: bool = False
 
-    def release(self) -> None:
-        """The session is no longer being compacted (once: later calls change nothing)."""
+    def release(self, settle: bool = False) -> None:
+        """The session is no longer being compacted (once: later calls change nothing); with ``settle``, those who
+        wait for it get None unless they got its result."""
         if not self.released:
             self.released = True
             self.state.compacting = False
+            if self.state.running is self.done:
+                self.state.running = None
+        if settle:
+            self.settle(None)
+
+    def settle(self, result: CompactResult | None) -> None:
+        """Hand the result to those who wait for this compaction (once)."""
+        if not self.done.done():
+            self.done.set_result(result)
