@@ -59,8 +59,6 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
-        self.on_change: Callable[[str], None] | None = None
-        """Never called: no other process writes this file."""
         self._start()
 
     def _start(self) -> None:
@@ -101,6 +99,9 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Nothing to hear: no other process writes the file (it is locked)."""
 
     def migrations(self) -> list[str]:
         """Names of the applied migrations, oldest first."""

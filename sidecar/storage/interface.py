@@ -33,8 +33,6 @@ class Store(Protocol):
     """What the store was opened on, as shown to users: a file path, or a URL without its password."""
     invalidated: bool
     """The backend refuses the store until ``reopen`` (DuckDB after a failed checkpoint); never true for others."""
-    on_change: Callable[[str], None] | None
-    """Called (on any thread) with the id of a session another process changed; None: nobody listens."""
 
     # Lifecycle
 
@@ -52,6 +50,10 @@ class Store(Protocol):
 
     def note_failure(self, error: BaseException) -> None:
         """Look at a request's failure, in case it means the store must be reopened."""
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Call ``on_change`` (on another thread) with the id of each session another process changed, or None
+        when any may have; a store no other process writes never calls it."""
 
     # Sessions
 
