@@ -25,7 +25,8 @@ class SessionStats:
     model: str | None = None
     requests: int = 0
     unmanaged: int = 0
-    """Requests forwarded as the agent sent them (the host failed them, or the API keeps the conversation)."""
+    """Requests forwarded as the agent sent them (the host failed them, the proxy could not read them, the provider
+    refused the sidecar's context, or the API keeps the conversation)."""
     side: int = 0
     """The agent's side calls (no tools: Claude Code's titles, topics), forwarded as they are, not stored."""
     agent_tokens: int = 0
@@ -108,6 +109,13 @@ class Stats:
         entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
         entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN)
         entry.last_request = time.time()
+
+    def refused(self, session_id: str, sent: int, forwarded: int) -> None:
+        """A request forwarded with the assembled context that the provider refused, sent again as the agent sent it
+        (``sent`` bytes; ``forwarded``: the refused body's)."""
+        entry = self._session(session_id)
+        entry.unmanaged += 1
+        entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN) - math.ceil(forwarded / BYTES_PER_TOKEN)
 
     def side(self, agent_session: str) -> None:
         """An agent's side call forwarded as it is (not counted in ``requests``)."""

@@ -28,6 +28,8 @@ SECRET_HEADERS = ("x-api-key", "authorization", "api-key")
 """Headers whose values are redacted from any error text the provider echoes."""
 OAUTH_PROMPT = "You are Claude Code"
 """Anthropic accepts a Claude subscription's OAuth token only with Claude Code's own first system block."""
+BODY_HEADERS = frozenset({"content-encoding", "content-type", "content-length"})
+"""Headers about the agent's body, not about the agent: a summary call has a body of its own."""
 REASONING_ROOM = 4096
 """Output tokens added for a Responses model that reasons (its reasoning counts against max_output_tokens)."""
 
@@ -65,10 +67,11 @@ class SummaryCalls:
         """The route of an agent session's latest request (its API key or token replaces the one kept)."""
         system = values.get("system")
         head = system[0] if isinstance(system, list) and system and isinstance(system[0], dict) else None
+        model = values.get("model")
         self.routes[agent_session] = Route(
-            api=api, url=url, headers=list(headers), model=values.get("model") if isinstance(
-                values.get("model"), str) else None,
-            system_head=head, max_key="max_completion_tokens" if "max_completion_tokens" in values else "max_tokens",
+            api=api, url=url, headers=[(name, value) for name, value in headers if name not in BODY_HEADERS],
+            model=model if isinstance(model, str) else None, system_head=head,
+            max_key="max_completion_tokens" if "max_completion_tokens" in values else "max_tokens",
             reasoning=isinstance(values.get("reasoning"), dict))
 
     async def run(self, params: t.SummarizeParams) -> t.SummarizeResult:
@@ -113,7 +116,8 @@ class SummaryCalls:
     async def _send(self, route: Route, body: dict[str, Any]) -> tuple[int, Any]:
         """POST the body with the agent's headers; the status and the JSON answer (None when it is not JSON)."""
         raw = json.dumps(body).encode()
-        async with self.upstream.send("POST", route.url, route.headers, raw) as response:
+        headers = [*route.headers, ("content-type", "application/json")]
+        async with self.upstream.send("POST", route.url, headers, raw) as response:
             chunks = bytearray()
             async for chunk in response.aiter_raw():
                 chunks += chunk
