@@ -410,6 +410,10 @@ class CompactionRunner:
         if ahead and (settings.summarize_ahead >= 1 or usage.tokens < settings.summarize_ahead * usage.threshold):
             return
         if not ahead:
+            staged = self.sidecar.runtime.get(session_id)
+            if staged is not None and staged.staged is not None and not staged.staged.is_set():
+                log.info("session %s reached its threshold (%d of %d tokens)", session_id, usage.tokens,
+                         usage.threshold)
             self.land_ahead(session_id)
         state = self.sidecar.runtime.get(session_id)
         if state is not None and (state.compacting or state.backed_off(time.monotonic())):
