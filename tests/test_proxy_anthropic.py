@@ -15,7 +15,7 @@ import pytest
 from sidecar.client import SidecarClient
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import markers, messages_of, reader, running_proxy, unpaired_tool_calls
+from tests.helpers.proxy import agent_requests, markers, messages_of, reader, running_proxy, unpaired_tool_calls
 
 WINDOW = 8000
 SETTINGS = {"contextWindow": WINDOW,
@@ -87,7 +87,7 @@ async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_onc
                     found = await sidecar.grep("long", token, scope="messages", case_sensitive=True)
                     stored[token] = len(found.matches)
             assert "sk-test-key" not in proxy.log_text()
-    requests = fake.model_requests
+    requests = agent_requests(fake)
     assert fake.rejected == []  # every forwarded request fit the window
     bodies = [r.body for r in requests]
     for body in bodies:
@@ -215,12 +215,13 @@ async def test_a_compaction_another_client_makes_reaches_the_agent_s_next_reques
             for number in range(12, 16):
                 await turn(number)
     assert compacted.compacted
-    bodies = [json.dumps(request.body) for request in fake.model_requests]
+    sent = agent_requests(fake)
+    bodies = [json.dumps(request.body) for request in sent]
     after = [index for index, body in enumerate(bodies) if "<summary" in body]
     assert after and after[0] in (12, 13)  # the request on its way as the compaction landed may come before it
     assert after == list(range(after[0], 16))
     for index in range(after[0] + 1, 16):  # from then on each request repeats the one before it
-        before, now = messages_of(fake.model_requests[index - 1].raw), messages_of(fake.model_requests[index].raw)
+        before, now = messages_of(sent[index - 1].raw), messages_of(sent[index].raw)
         assert now[:len(before)] == before
 
 

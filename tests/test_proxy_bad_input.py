@@ -204,7 +204,9 @@ async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tm
         settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
                                                            "leafChunkSize": 2},
                     "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
-        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1")) as proxy:
+        # The llm settings' summarizer (the one stuck), not the agent's model.
+        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1", "--summarizer",
+                                                                "settings")) as proxy:
             client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
             # Its newest messages alone are over the budget: the proxy asks for a full compaction first.
             history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else

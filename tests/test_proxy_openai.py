@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import messages_of, reader, running_proxy
+from tests.helpers.proxy import agent_requests, messages_of, reader, running_proxy
 
 WINDOW = 8000
 SETTINGS = {"contextWindow": WINDOW,
@@ -135,7 +135,7 @@ async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_onc
                     stored[token] = len((await sidecar.grep(session, token, scope="messages",
                                                             case_sensitive=True)).matches)
             assert "sk-test-key" not in proxy.log_text()
-    requests = fake.model_requests
+    requests = agent_requests(fake)
     assert fake.rejected == []
     bodies = [r.body for r in requests]
     assert all(unpaired(api, body[key]) == [] for body in bodies)

@@ -39,10 +39,11 @@ RULES = ("Never commit anything under vendor/ in this repository.",
          "Always run pytest -q before you report a change as done.",
          "Do not add runtime dependencies without asking first.",
          "You must keep the public API of the limiter package unchanged.")
-TURNS = 36
-SETTINGS = {"contextWindow": 32_000, "llm": {"timeoutSeconds": 300, "maxConcurrency": 1},
-            "compaction": {"maxTokens": 9_000, "freshTail": 6, "keepRecentTokens": 1_500, "summarizeAhead": 0.7}}
-"""A threshold reached a few times in the session; the summarizer's calls fit its default 8,192-token window."""
+TURNS = 16
+SETTINGS = {"contextWindow": 32_000, "llm": {"timeoutSeconds": 900, "maxConcurrency": 1, "contextWindow": 2048},
+            "compaction": {"maxTokens": 4_000, "freshTail": 4, "keepRecentTokens": 800, "summarizeAhead": 0.7}}
+"""A threshold reached a few times in the session; each summary call is planned to fit 2,048 tokens, so that a
+small model on a CPU answers it in minutes."""
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
@@ -55,7 +56,7 @@ def user_text(turn: int) -> str:
         return FIRST
     rule = f" {RULES[turn % len(RULES)]}" if turn % 7 == 1 else ""
     return (f"Turn {turn}: extend {path_of(turn)} so that the limiter handles case {turn}.{rule} "
-            + "Keep the change small and explain it. " * 25)
+            + "Keep the change small and explain it. " * 12)
 
 
 class Upstream:
@@ -125,7 +126,7 @@ async def session(bench: Bench, upstream: Upstream, summarizer: str) -> dict[str
                         call = message["tool_calls"][0]
                         history.append({"role": "tool", "tool_call_id": call["id"],
                                         "content": f"edited {json.loads(call['function']['arguments'])['path']}\n"
-                                                   + "    return self.tokens  # unchanged\n" * 30})
+                                                   + "    return self.tokens  # unchanged\n" * 12})
                 stats = (await http.get(f"{url}/stats")).json()
         last = [r for r in fake.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)][-1]
     prompt = json.dumps(last.body["messages"], ensure_ascii=False)

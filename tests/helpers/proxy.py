@@ -14,6 +14,8 @@ from typing import Any
 import attrs
 
 from sidecar.client import SidecarClient
+from sidecar.summarizers.prompts import SYSTEM_PROMPT
+from sidecar.testing import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 
 MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
@@ -59,6 +61,11 @@ async def reader(db: Path) -> AsyncIterator[SidecarClient]:
         yield client
     finally:
         await client.close()
+
+
+def agent_requests(fake: FakeProvider) -> list[RecordedRequest]:
+    """The agent's requests the fake got, without the summary calls the proxy made on the agent's model."""
+    return [r for r in fake.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
 
 
 def messages_of(raw: bytes, key: str = "messages") -> list[str]:
