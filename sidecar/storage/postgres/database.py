@@ -28,6 +28,7 @@ from sidecar.storage.live import SESSION_COLUMNS, session_from_row, with_live
 from sidecar.storage.postgres.connection import Pool
 from sidecar.storage.postgres.lineage import PgLineage
 from sidecar.storage.postgres.listener import Listener
+from sidecar.storage.postgres.locks import AdvisoryLock
 from sidecar.storage.postgres.migrations import MIGRATIONS
 from sidecar.storage.postgres.session_sql import SESSION_SQL
 from sidecar.storage.postgres.sessions_copy import PgCopies
@@ -80,6 +81,10 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
     @staticmethod
     def known_migrations() -> list[str]:
         return [name for name, _ in MIGRATIONS]
+
+    def session_lock(self, session_id: str) -> AdvisoryLock:
+        """The advisory lock a compaction of the session holds, across every host of the database."""
+        return AdvisoryLock(self._pool, session_id)
 
     def listen(self, on_change: Callable[[str | None], None]) -> None:
         """Hear the other hosts' writes (LISTEN/NOTIFY), on a thread and a connection of its own."""
