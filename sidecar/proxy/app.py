@@ -84,7 +84,7 @@ class App:
         except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
             log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, request.path,
                         type(error).__name__, error)
-            self.proxy.stats.unmanaged(UNKNOWN_SESSION, len(request.body))
+            self.proxy.stats.unmanaged(UNKNOWN_SESSION, request.body)
             prepared = None
         await self.forward(request, responder, adapter, prepared, prepared.body if prepared else request.body)
 
@@ -107,7 +107,7 @@ class App:
         forget(work)
         log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
                     conversation.session_id, self.prepare_timeout)
-        self.proxy.stats.unmanaged(conversation.session_id, len(request.body))
+        self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
