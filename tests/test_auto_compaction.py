@@ -59,6 +59,55 @@ async def test_crossing_max_tokens_compacts_in_the_background_without_delaying_i
             assert usage["summaries"] >= 1 and usage["state"] != "compacting"
 
 
+async def test_a_compact_sent_while_an_automatic_one_runs_waits_for_it_and_answers_with_its_result(db_path):
+    gate = threading.Event()
+
+    def held_summary(request):
+        gate.wait(60)
+        return Reply(text="Summary of earlier work.")
+
+    with FakeOpenAIServer() as llm:
+        llm.responder = held_summary
+        async with running_sidecar(settings=auto_settings(db_path, llm)) as client:
+            await ingest(client, "s", coding_session(120))
+            await wait_until(lambda: llm.chat_requests)  # the automatic compaction is inside its summarizer call
+            manual = asyncio.ensure_future(call(client, methods.CONTEXT_COMPACT, {"sessionId": "s"}))
+            await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})  # a round trip: the compact was read
+            assert not manual.done(), "the compact waits for the running one (it used to be refused with -32011)"
+            gate.set()
+            result = await manual
+            await wait_until(lambda: client.compact_events)
+            [event] = client.compact_events
+            assert event["trigger"] == "auto"
+            assert result["compacted"] is True and result["summaryIds"] == event["summaryIds"]
+            assert result["tokensAfter"] == event["tokensAfter"] and result["usage"]["summaries"] >= 1
+            assert result["usage"]["tokens"] < result["usage"]["threshold"], "no second compaction was needed"
+
+
+async def test_a_compact_after_an_automatic_one_that_left_the_session_over_compacts_further(db_path):
+    gate = threading.Event()
+
+    def held_summary(request):
+        gate.wait(60)
+        return Reply(text="Summary of earlier work. " * 5)
+
+    with FakeOpenAIServer() as llm:
+        llm.responder = held_summary
+        async with running_sidecar(settings=auto_settings(db_path, llm, maxTokens=1000, minSavings=0)) as client:
+            await ingest(client, "s", coding_session(400))
+            await wait_until(lambda: llm.chat_requests)
+            manual = asyncio.ensure_future(call(client, methods.CONTEXT_COMPACT, {"sessionId": "s", "mode": "full"}))
+            await call(client, methods.CONTEXT_USAGE, {"sessionId": "s"})  # a round trip: the compact was read
+            assert not manual.done()
+            gate.set()
+            result = await manual
+            await wait_until(lambda: len(client.compact_events) == 2)
+            assert [e["trigger"] for e in client.compact_events] == ["auto", "manual"]
+            assert result["compacted"] is True and result["mode"] == "full"
+            assert result["summaryIds"] == client.compact_events[1]["summaryIds"]
+            assert result["tokensBefore"] == client.compact_events[0]["tokensAfter"]
+
+
 async def test_a_failing_endpoint_is_not_called_in_a_loop(db_path):
     with FakeOpenAIServer() as llm:
         llm.responder = lambda request: Reply(status=500)

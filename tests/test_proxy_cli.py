@@ -16,6 +16,7 @@ from sidecar.cli.main import build_parser
 from sidecar.cli.wrap_command import codex_provider
 from sidecar.proxy.jsontext import object_members
 from sidecar.testing import FakeProvider
+from sidecar.testing.refusing_proxy import RefusingProxy
 from tests.helpers.proxy import markers, running_proxy
 
 
@@ -158,3 +159,24 @@ def test_codex_s_built_in_provider_keeps_its_login(tmp_path: Path) -> None:
     base, provider = codex_provider({"HOME": str(tmp_path), "OPENAI_BASE_URL": "https://gateway.example/v1"})
     assert base == "https://gateway.example/v1"
     assert provider == {"name": "OpenAI", "requires_openai_auth": True}
+
+
+def test_under_wrap_whatever_the_agent_asks_goes_to_its_own_provider_and_nowhere_else(tmp_path: Path) -> None:
+    script = tmp_path / "claude"  # asks a route the proxy does not assemble, without anthropic-version
+    script.write_text(f"#!{sys.executable}\n"
+                      "import os, httpx2\n"
+                      "base = os.environ['ANTHROPIC_BASE_URL']\n"
+                      "files = httpx2.get(base + '/v1/files', headers={'x-api-key': 'sk-ant-secret'})\n"
+                      "print(files.status_code)\n")
+    script.chmod(0o755)
+    with FakeProvider() as anthropic_side, RefusingProxy() as refusing:
+        # The OpenAI upstream is the public one, through the refusing proxy: any request to it shows there.
+        result = cli("wrap", "--port", "0", "--db", str(tmp_path / "w.duckdb"), "--log-file", str(tmp_path / "log"),
+                     "--anthropic-upstream", anthropic_side.url, "claude",
+                     env={**wrap_env(tmp_path), **refusing.env()})
+        attempts = refusing.attempts
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "404"  # the provider's own answer: it has no such route
+    assert [(r.method, r.path, r.headers.get("x-api-key")) for r in anthropic_side.requests] == [
+        ("GET", "/v1/files", "sk-ant-secret")]
+    assert attempts == []

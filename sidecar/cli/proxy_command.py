@@ -49,10 +49,12 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                     "OpenAI Responses API (POST /v1/responses) and Chat Completions (POST /v1/chat/completions). "
                     "Each request's new messages are stored through the shared host, the conversation is replaced "
                     "by the sidecar's assembled context (within the model's window, compacted history as "
-                    "summaries), and the answer streams back unchanged while it is recorded. Other requests pass "
-                    "through. GET /stats shows, per session, the tokens the agent sent against those forwarded, "
-                    "the cache hit rate and compactions (also: context-sidecar status). API keys pass through from "
-                    "the agent's headers and are never stored or logged. Ctrl-C stops it.")
+                    "summaries), and the answer streams back unchanged while it is recorded. Under /anthropic and "
+                    "/openai (e.g. ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic) anything else goes to that "
+                    "provider untouched; without a prefix, a route of no one API is answered 404. GET /stats "
+                    "shows, per session, the tokens the agent sent against those forwarded, the cache hit rate and "
+                    "compactions (also: context-sidecar status). API keys pass through from the agent's headers "
+                    "and are never stored or logged. Ctrl-C stops it.")
     add_options(proxy)
 
 
@@ -114,12 +116,10 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     """A listening proxy (its ``App``, with ``port`` set), stopped at the end of the block."""
     from sidecar.client import SidecarClient
     from sidecar.config.settings import read_settings
-    from sidecar.proxy.adapters.anthropic import AnthropicAdapter
-    from sidecar.proxy.adapters.chat import ChatAdapter
-    from sidecar.proxy.adapters.responses import ResponsesAdapter
     from sidecar.proxy.app import PREPARE_TIMEOUT, App, Upstreams
     from sidecar.proxy.core import Proxy
     from sidecar.proxy.http import start_server
+    from sidecar.proxy.routes import Routes, default_adapters
     from sidecar.proxy.stats import Stats
     from sidecar.proxy.upstream import Upstream
 
@@ -139,16 +139,14 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
 
     client = await spawn()
     upstream = Upstream()
-    anthropic = AnthropicAdapter()
-    adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
-                "POST /v1/responses": ResponsesAdapter(), "POST /v1/chat/completions": ChatAdapter()}
+    routes = Routes(default_adapters())
     upstreams = Upstreams()
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
-    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, adapters,
+    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, routes,
               client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT)
     try:
-        server = await start_server(app.handle, HOST, options.port)
+        server = await start_server(app.handle, HOST, options.port, routes.failure)
     except BaseException:
         await upstream.close()
         await client.close()

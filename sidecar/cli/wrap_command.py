@@ -104,11 +104,11 @@ def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
     if binary is None:
         raise FileNotFoundError(f"{agent} is not on PATH")
     if agent == "claude":
-        env["ANTHROPIC_BASE_URL"] = url
+        env["ANTHROPIC_BASE_URL"] = f"{url}/anthropic"  # everything under it goes to Anthropic's upstream
         return [binary, *args]
     from sidecar.agents.tomledit import value_text
 
-    entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/v1"}
+    entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/openai/v1"}
     overrides = ["-c", f"model_provider={json.dumps(PROVIDER)}",
                  "-c", f"model_providers.{PROVIDER}={value_text(entry)}"]
     return [binary, *overrides, *args]

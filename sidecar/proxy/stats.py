@@ -49,7 +49,8 @@ class SessionStats:
     model: str | None = None
     requests: int = 0
     unmanaged: int = 0
-    """Requests forwarded as the agent sent them (the host failed them, or the API keeps the conversation)."""
+    """Requests forwarded as the agent sent them (the host failed them, the proxy could not read them, the provider
+    refused the sidecar's context, or the API keeps the conversation)."""
     side: int = 0
     """The agent's side calls (no tools: Claude Code's titles, topics), forwarded as they are, not stored."""
     agent_tokens: int = 0
@@ -119,6 +120,13 @@ class Stats:
         entry.agent_tokens += tokens
         entry.forwarded_tokens += tokens
         entry.last_request = time.time()
+
+    def refused(self, session_id: str, sent: bytes, forwarded: bytes) -> None:
+        """A request forwarded with the assembled context that the provider refused, sent again as the agent sent it
+        (``sent``; ``forwarded``: the refused body)."""
+        entry = self._session(session_id)
+        entry.unmanaged += 1
+        entry.forwarded_tokens += prompt_tokens(sent) - prompt_tokens(forwarded)
 
     def side(self, agent_session: str) -> None:
         """An agent's side call forwarded as it is (not counted in ``requests``)."""

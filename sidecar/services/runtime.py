@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,8 @@ class SessionRuntime:
     judged_under: Any = None
     """The settings of the connection whose automatic compaction set ``backoff`` or ``idle_at`` last."""
     compacting: bool = False
+    running: asyncio.Future[Any] | None = None
+    """The compaction running now: its ``CompactResult`` once it ends (None when it failed or was cancelled)."""
 
     def note_assembled(self, revision: int, uncalibrated_tokens: float) -> None:
         """An assembled context's size at a session revision: what a usage report at that revision counted."""

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from sidecar.services.state import Sidecar
 
 log = logging.getLogger(__name__)
+TEAM_LOCK_POLL_SECONDS = 0.2
+"""How often a compaction waiting for another host's (a team database) looks whether it ended."""
 
 class PeerRequestFailed(Exception):
     """The client answered a request of the server's with an error."""
@@ -111,8 +113,53 @@ class CompactionRunner:
             await closer()
 
     async def compact(self, params: CompactParams, trigger: str = "manual") -> CompactResult:
-        """Run one compaction; raises SidecarError with the protocol's codes."""
-        return await self._finish(self._begin(params, trigger))
+        """Run one compaction; raises SidecarError with the protocol's codes.
+
+        One of the session running already (automatic, or another client's) is waited for: its result answers when
+        it left the session under its threshold, else this one runs after it.
+        """
+        from sidecar.services.compaction.engine import Outcome
+
+        mode = self._mode(params)
+        before = self.sidecar.session(params.session_id)  # -32001 before any wait
+        lock = self.sidecar.store().session_lock(params.session_id)
+        waited = False
+        while not lock.acquire():  # another host of a team database compacts it: its result is ours
+            if not waited:
+                log.info("session %s: waiting for the compaction another host runs", params.session_id)
+            waited = True
+            await asyncio.sleep(TEAM_LOCK_POLL_SECONDS)
+        try:
+            if waited:
+                after = self.sidecar.session(params.session_id)
+                if after.summary_count > before.summary_count:
+                    return self._result(params.session_id, Outcome(
+                        True, mode, self.sidecar.estimated_tokens(before), self.sidecar.estimated_tokens(after),
+                        reason="compacted by another host"))
+            ended = await self.after_running(params.session_id)
+            if ended is not None and ended.compacted and ended.usage.tokens < ended.usage.threshold:
+                return ended
+            return await self._finish(self._begin(params, trigger))
+        finally:
+            lock.release()
+
+    async def after_running(self, session_id: str) -> CompactResult | None:
+        """Once no compaction of the session runs: the result of the last one waited for (None: none ran, or it
+        failed), with the session's usage now."""
+        result: CompactResult | None = None
+        while (running := self.sidecar.runtime.of(session_id).running) is not None:
+            log.info("session %s: waiting for the compaction that is running", session_id)
+            result = await asyncio.shield(running)
+        if result is None:
+            return None
+        return attrs.evolve(result, usage=self.sidecar.usage(self.sidecar.session(session_id)))
+
+    def _mode(self, params: CompactParams) -> str:
+        """The mode asked for, else the settings'; -32602 for an unknown one."""
+        mode = params.mode or self.sidecar.settings.compaction.mode
+        if mode not in methods.COMPACTION_MODES:
+            raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
+        return mode
 
     def _begin(self, params: CompactParams, trigger: str) -> _Begun:
         """Check, mark the session compacting and read its context, all before any await.
@@ -121,17 +168,15 @@ class CompactionRunner:
         sends next, and a second trigger in the same turn of the loop finds the session taken.
         """
         session_id = params.session_id
-        mode = params.mode or self.sidecar.settings.compaction.mode
-        if mode not in methods.COMPACTION_MODES:
-            raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
+        mode = self._mode(params)
         if self.sidecar.runtime.compacting(session_id):
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is already running")
         self.sidecar.session(session_id)
         from sidecar.services.compaction.engine import Compaction  # loaded with the first compaction
 
         begun = _Begun(session_id, mode, trigger, params.focus, params.work_done_token,
-                       self.sidecar.runtime.of(session_id))
-        begun.state.compacting = True
+                       self.sidecar.runtime.of(session_id), asyncio.get_running_loop().create_future())
+        begun.state.compacting, begun.state.running = True, begun.done
         try:
             begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
                                           progress=self._progress_reporter(begun.token, session_id))
@@ -139,12 +184,22 @@ class CompactionRunner:
             begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
                                                                 tail=begun.compaction.loaded_context())
         except BaseException:
-            begun.release()  # no await since it was marked: nobody saw it compacting
+            begun.release(settle=True)  # no await since it was marked: nobody saw it compacting
             raise
         return begun
 
     async def _finish(self, begun: _Begun) -> CompactResult:
-        """Summarize and write what ``_begin`` read; the session is released however this ends."""
+        """Summarize and write what ``_begin`` read; the session is released however this ends, and whoever waits
+        for this compaction gets its result (None when it fails)."""
+        try:
+            result = await self._summarize_and_write(begun)
+        except BaseException:
+            begun.settle(None)
+            raise
+        begun.settle(result)
+        return result
+
+    async def _summarize_and_write(self, begun: _Begun) -> CompactResult:
         from sidecar.services.compaction.engine import Outcome
 
         session_id, mode, trigger, token = begun.session_id, begun.mode, begun.trigger, begun.token
@@ -210,6 +265,7 @@ class CompactionRunner:
             raise SidecarError(codes.COMPACTION_RUNNING, f"a compaction of session {session_id!r} is running; "
                                "record this one after it")
         state = self.sidecar.runtime.of(session_id)
+        running = state.running = asyncio.get_running_loop().create_future()
         state.compacting = True
         try:
             compaction = Compaction(self.sidecar, session_id, "handoff", None, self.summarizer())
@@ -223,6 +279,9 @@ class CompactionRunner:
                 raise SidecarError(codes.STORAGE_ERROR, f"storage error: {error}") from error
         finally:
             state.compacting = False
+            if state.running is running:
+                state.running = None
+            running.set_result(None)  # a context/compact waiting for it compacts next, if still needed
             self._push_usage(session_id)
         if not outcome.compacted:
             return self._recorded(session_id, False, None, outcome.reason)
@@ -343,15 +402,25 @@ class CompactionRunner:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
         mode = self.sidecar.settings.compaction.mode
+        lock = self.sidecar.store().session_lock(session_id)
         try:
+            if not lock.acquire():
+                log.info("auto-compaction of %s left to the host that compacts it", session_id)
+                return
             # Begun here, in the request that crossed the threshold: the messages that follow it are not compacted
             # with it, and their own changes find the session taken (no second start, no back-off).
             begun = self._begin(CompactParams(session_id=session_id, mode=mode), "auto")  # type: ignore[arg-type]
         except Exception as error:
+            lock.release()
             self._auto_failed(session_id, error)
             return
+
+        def done(_: asyncio.Task[None]) -> None:  # also when cancelled before it ever ran
+            begun.release(settle=True)
+            lock.release()
+
         task = self.server.run_in_background(self._auto(begun))
-        task.add_done_callback(lambda _: begun.release())  # also when cancelled before it ever ran
+        task.add_done_callback(done)
 
     async def _auto(self, begun: _Begun) -> None:
         try:
@@ -381,13 +450,25 @@ class _Begun:
     token: Any
     """The client's work-done progress token, if any."""
     state: SessionRuntime
+    done: asyncio.Future[CompactResult | None]
+    """Its result for those who wait for it (``CompactionRunner.after_running``)."""
     compaction: Compaction | None = None
     session: SessionRow | None = None
     tokens_before: int = 0
     released: bool = False
 
-    def release(self) -> None:
-        """The session is no longer being compacted (once: later calls change nothing)."""
+    def release(self, settle: bool = False) -> None:
+        """The session is no longer being compacted (once: later calls change nothing); with ``settle``, those who
+        wait for it get None unless they got its result."""
         if not self.released:
             self.released = True
             self.state.compacting = False
+            if self.state.running is self.done:
+                self.state.running = None
+        if settle:
+            self.settle(None)
+
+    def settle(self, result: CompactResult | None) -> None:
+        """Hand the result to those who wait for this compaction (once)."""
+        if not self.done.done():
+            self.done.set_result(result)
