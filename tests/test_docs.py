@@ -42,6 +42,13 @@ def test_the_api_reference_names_every_public_method_of_the_client() -> None:
     assert not missing, f"docs/python-api.md does not document SidecarClient.{', .'.join(missing)}"
 
 
+def test_the_readme_s_documentation_table_lists_every_page_of_docs() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| \[docs/([\w.-]+\.md)\]\(docs/\1\) \|", table, flags=re.M))
+    assert listed == {page.name for page in (ROOT / "docs").glob("*.md")}
+
+
 def test_the_readme_is_short_and_starts_with_use() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", text, flags=re.M)

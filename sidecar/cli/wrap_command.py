@@ -1,4 +1,4 @@
-"""``context-sidecar wrap [proxy options] claude|codex -- ARGS…``: run an agent through the proxy."""
+"""``context-sidecar wrap [proxy options] claude|codex [ARGS…]``: run an agent through the proxy."""
 
 from __future__ import annotations
 
@@ -26,17 +26,34 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``wrap``."""
     wrap = commands.add_parser(
         "wrap", parents=[common], help="run Claude Code or Codex through the proxy",
-        usage="context-sidecar wrap [proxy options] {claude,codex} -- ARGS...",
-        description="Start the proxy (or use the one already listening on --port), run the agent with its base URL "
-                    "pointed at it, and stop what was started when the agent exits, with the agent's exit status. "
-                    "claude: ANTHROPIC_BASE_URL. codex: a model provider for this run only, given with -c (the "
-                    "active provider's settings, its base URL at the proxy; the proxy's OpenAI upstream is that "
-                    "provider's base URL unless --openai-upstream says otherwise); config.toml is not changed. "
-                    "The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so "
-                    "that the agent has the terminal to itself.")
+        usage="context-sidecar wrap [proxy options] {claude,codex} [ARGS ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Start the proxy (or use the one already listening on --port), run the agent with its base URL pointed at it,
+and stop what was started when the agent exits, with the agent's exit status. Proxy options go before the
+agent; everything after it is the agent's own (a -- there is dropped).
+
+Where the requests go (a gateway, a local model, a company proxy):
+  claude: ANTHROPIC_BASE_URL is pointed at the proxy; one already set is where the proxy sends claude's
+    requests (--anthropic-upstream wins), so the agent's token goes where it went before.
+  codex: a model provider for this run only, given with -c (config.toml is not changed): the active
+    provider's settings with its base URL at the proxy; that provider's base URL (for the built-in openai
+    provider, OPENAI_BASE_URL) is where the proxy sends codex's requests (--openai-upstream wins).
+
+The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so that the agent has
+the terminal to itself.""",
+        epilog="""\
+examples:
+  context-sidecar wrap claude                                   Claude Code as usual, through the proxy
+  context-sidecar wrap claude -p "fix the failing test"         its arguments after its name
+  ANTHROPIC_BASE_URL=https://llm.example.com context-sidecar wrap claude   through your gateway
+  context-sidecar wrap --anthropic-upstream http://127.0.0.1:4000 claude   or name it here
+  context-sidecar wrap --db /tmp/a.duckdb codex exec "fix the test"       Codex, another database""")
     add_options(wrap)
     wrap.add_argument("agent", choices=AGENTS, help="the agent to run (found on PATH)")
-    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="the agent's own arguments")
+    # Nothing after the agent is required: argparse would list a REMAINDER among the required arguments.
+    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                      help="the agent's own arguments, as you would give them to it").required = False
 
 
 def default_log() -> Path:
