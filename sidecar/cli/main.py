@@ -33,6 +33,8 @@ commands:
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
   mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
+  db        a team database: migrate its schema (its owner), copy sessions between a file and it
+  team      who reads which project's sessions in a team database: grant, revoke, list (its owner)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
 socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar, /run/user/UID/context-sidecar or
@@ -46,14 +48,16 @@ to your --log-file, marked [host]; its own log is <hash>.log beside its socket, 
 without an error.
 """
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
-DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
+DB_HELP = ("DuckDB file to use (':memory:' for none), or a team's PostgreSQL server as postgresql://USER@HOST:PORT/DB "
+           "(password from PGPASSWORD or ~/.pgpass); default: $CONTEXT_SIDECAR_DB, else one per-user file for every "
+           "workspace")
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
     """--db, --log-file and -v, accepted before and after a command."""
     # A command's own defaults would overwrite what was given before the command name (--db X demo).
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS if command else None)
-    common.add_argument("--db", metavar="PATH", help=db_help)
+    common.add_argument("--db", metavar="PATH|URL", help=db_help)
     common.add_argument("--log-file", metavar="PATH", help="write logs here instead of stderr")
     verbose = common.add_argument("-v", "--verbose", action="count", help="more logging (-vv for debug)")
     if not command:
@@ -139,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     from sidecar.cli.status_command import add_command as add_status
 
     add_status(commands)
+    from sidecar.cli.team_command import add_commands as add_team
+
+    add_team(commands, in_command)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -293,6 +300,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging(args.verbose, str(default_log()))
         given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
         return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
+    if args.command == "db":
+        from sidecar.cli.team_command import run_db
+
+        return run_db(args)
+    if args.command == "team":
+        from sidecar.cli.team_command import run_team
+
+        return run_team(args)
     if args.command == "status":
         from sidecar.cli.status_command import run_status
 

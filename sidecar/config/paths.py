@@ -9,10 +9,17 @@ from urllib.parse import unquote, urlparse
 
 import platformdirs
 
+from sidecar.config.database import from_environment
+
 
 def default_storage_path(workspace_root: str | None = None) -> str:
     """The per-user database, one for every workspace (sessions record theirs)."""
     return str(Path(platformdirs.user_data_dir("context-sidecar", appauthor=False)) / "memory.duckdb")
+
+
+def default_database(workspace_root: str | None = None) -> str:
+    """The database of a sidecar given none: ``CONTEXT_SIDECAR_DB`` if set, else the per-user file."""
+    return from_environment() or default_storage_path(workspace_root)
 
 
 def legacy_workspace_path(workspace_root: str) -> str:

@@ -17,7 +17,7 @@ from sidecar.rows import ItemRow, SessionRow, prune_rule_key
 from sidecar.services.runtime import Runtime
 
 if TYPE_CHECKING:
-    from sidecar.storage.database import Storage
+    from sidecar.storage.interface import Store
 
 PLACEHOLDER_TOKENS = estimate_text_tokens(PRUNED_PLACEHOLDER + " (id msg_00000000000000000000000000000000)") \
     + MESSAGE_OVERHEAD_TOKENS
@@ -28,7 +28,7 @@ class SessionFigures:
 
     settings: Settings
     runtime: Runtime
-    store: Callable[[], Storage]
+    store: Callable[[], Store]
     session: Callable[[str], SessionRow]
 
     def context_window(self, session: SessionRow) -> int:
