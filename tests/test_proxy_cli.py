@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import anthropic
+import httpx2
 
+from sidecar.cli.main import build_parser
 from sidecar.cli.wrap_command import codex_provider
 from sidecar.client import SidecarClient
+from sidecar.proxy.jsontext import object_members
 from sidecar.testing import FakeProvider
 from sidecar.testing.refusing_proxy import RefusingProxy
-from tests.helpers.proxy import running_proxy
+from tests.helpers.proxy import markers, running_proxy
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,6 +39,29 @@ async def test_status_prints_the_running_proxy_s_figures_per_session(tmp_path: P
     line = next(line for line in shown.stdout.splitlines() if line.strip().startswith("figures"))
     assert line.split()[1:3] == ["anthropic", "1"]
     assert '"sessionId": "figures"' in raw.stdout
+
+
+async def test_status_counts_what_was_sent_and_forwarded_alike(tmp_path: Path) -> None:
+    """A conversation forwarded whole is forwarded at its size: the proxy's cache markers are no prompt."""
+    system = '[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}]'
+    turns = ['{"role":"user","content":[{"type":"text","text":"first question"}]}']
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "content-type": "application/json",
+               "x-context-sidecar-session": "alike"}
+    with FakeProvider(responder=lambda request: "an answer") as fake:
+        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient() as client:
+            for question in ("second question", "third question"):
+                body = f'{{"model":"m","max_tokens":9,"system":{system},"messages":[{",".join(turns)}]}}'
+                answer = await client.post(f"{proxy.url}/v1/messages", content=body.encode(), headers=headers)
+                _, spans, _ = object_members(answer.text)
+                start, end = spans["content"]  # the agent sends the answer back as the provider wrote it
+                turns += ['{"role":"assistant","content":' + answer.text[start:end] + "}",
+                          f'{{"role":"user","content":[{{"type":"text","text":"{question}"}}]}}']
+            shown = await asyncio.to_thread(cli, "status", "--port", proxy.url.rsplit(":", 1)[1])
+    assert [markers(r.raw) >= 2 for r in fake.model_requests] == [True, True], "the proxy marked the messages too"
+    line = next(line for line in shown.stdout.splitlines() if line.strip().startswith("alike"))
+    requests, sent, forwarded = line.split()[2:5]
+    assert requests == "2" and sent == forwarded, shown.stdout
+    assert "cache markers left out" in shown.stdout
 
 
 def test_status_without_a_proxy_says_so_and_exits_1(tmp_path: Path) -> None:
@@ -71,10 +98,11 @@ def test_wrap_an_agent_that_is_not_on_path_exits_127(tmp_path: Path) -> None:
 
 def fake_claude(directory: Path) -> Path:
     """A `claude` on PATH that asks its base URL (ANTHROPIC_BASE_URL, as Claude Code takes it) once and prints the
-    answer."""
+    answer; its arguments go to ``argv.json`` beside it."""
     script = directory / "claude"
     script.write_text(f"#!{sys.executable}\n"
-                      "import anthropic\n"
+                      "import anthropic, json, pathlib, sys\n"
+                      "pathlib.Path(sys.argv[0]).with_name('argv.json').write_text(json.dumps(sys.argv[1:]))\n"
                       "reply = anthropic.Anthropic(api_key='gateway-token', max_retries=0).messages.create(\n"
                       "    model='m', max_tokens=5, messages=[{'role': 'user', 'content': 'hi'}],\n"
                       "    extra_headers={'x-context-sidecar-session': 'wrapped'})\n"
@@ -92,10 +120,19 @@ def test_wrap_sends_the_agent_s_requests_to_its_own_base_url(tmp_path: Path) -> 
     fake_claude(tmp_path)
     with FakeProvider(responder=lambda request: "from the gateway", api_key="gateway-token") as gateway:
         result = cli("wrap", "--port", "0", "--db", str(tmp_path / "w.duckdb"), "--log-file",
-                     str(tmp_path / "log"), "claude", env=wrap_env(tmp_path, ANTHROPIC_BASE_URL=gateway.url))
+                     str(tmp_path / "log"), "claude", "-p", "hello",
+                     env=wrap_env(tmp_path, ANTHROPIC_BASE_URL=gateway.url))
         assert result.returncode == 0, result.stderr + (tmp_path / "log").read_text()
         assert result.stdout.strip() == "from the gateway"  # the gateway took the agent's token
         assert len(gateway.model_requests) == 1
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["-p", "hello"], "no -- needed before its arguments"
+
+
+def test_wrap_gives_the_agent_what_follows_its_name() -> None:
+    parser = build_parser()
+    for after in ([], ["-p", "hello"], ["--", "-p", "hello"], ["--port", "9", "--db", "x"]):
+        parsed = parser.parse_args(["wrap", "--port", "0", "claude", *after])
+        assert (parsed.port, parsed.db, parsed.args) == (0, None, [a for a in after if a != "--"])
 
 
 async def test_wrap_uses_a_running_proxy_only_when_it_has_the_same_database_and_upstream(tmp_path: Path) -> None:

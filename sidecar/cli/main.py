@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -26,7 +27,7 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
-  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude -- ARGS
+  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude [ARGS]
   status    the running proxy's figures per session (GET /stats)
   proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
@@ -47,10 +48,13 @@ Logs: stderr, or --log-file. Through a host, the host also writes the lines of y
 to your --log-file, marked [host]; its own log is <hash>.log beside its socket, removed when it exits
 without an error.
 """
+TYPED_DB = ("demo", "import", "replay", "setup", "proxy", "wrap")
+"""Commands whose --db is refused at once (exit 2) when its directory is missing. The server, mcp and hook, which
+agents and editors start, report it as the storage error of each request instead (a hook must exit 0)."""
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
-DB_HELP = ("DuckDB file to use (':memory:' for none), or a team's PostgreSQL server as postgresql://USER@HOST:PORT/DB "
-           "(password from PGPASSWORD or ~/.pgpass); default: $CONTEXT_SIDECAR_DB, else one per-user file for every "
-           "workspace")
+DB_HELP = ("DuckDB file to use, in a directory that exists (':memory:' for none), or a team's PostgreSQL server as "
+           "postgresql://USER@HOST:PORT/DB (password from PGPASSWORD or ~/.pgpass); default: $CONTEXT_SIDECAR_DB, else "
+           "one per-user file for every workspace")
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
@@ -253,10 +257,44 @@ def configure_logging(verbosity: int, log_file: str | None) -> None:
     logging.getLogger("pygls").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
 
 
+STDOUT_FD = 1
+"""The process's stdout, whatever ``sys.stdout`` is now (serving points it at stderr)."""
+CLOSED_PIPE_EXIT = 128 + 13
+"""The exit status when stdout's reader went away (``| head``): a shell's for a tool SIGPIPE ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``context-sidecar``."""
+    """Entry point of ``context-sidecar``: a reader that closes stdout early (``| head``) ends it quietly."""
+    try:
+        try:
+            return run_command(argv)
+        finally:
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: what is left in its buffer goes nowhere instead of a second error.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), STDOUT_FD)
+        return CLOSED_PIPE_EXIT
+
+
+def run_command(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the command (or serve)."""
     args = build_parser().parse_args(argv)
-    configure_logging(args.verbose, args.log_file)
+    if args.command in TYPED_DB and args.db:
+        from sidecar.config.paths import missing_directory
+
+        missing = missing_directory(args.db)
+        if missing:
+            print(f"context-sidecar {args.command}: error: --db {args.db}: {missing}", file=sys.stderr)
+            return 2
+    try:
+        configure_logging(args.verbose, args.log_file)
+    except OSError as error:
+        if args.command != "hook":  # a hook goes on whatever happens; it writes its own log (hook.log)
+            print(f"context-sidecar{' ' + args.command if args.command else ''}: error: --log-file {args.log_file}: "
+                  f"{error.strerror or error}", file=sys.stderr)
+            return 2
+        configure_logging(args.verbose, None)
     if args.command in ("demo", "import", "replay"):
         from sidecar.cli import log_server_like_the_tool
 

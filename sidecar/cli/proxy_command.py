@@ -28,10 +28,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="a file holding a JSON object of settings, as initialize's options take them "
                              "(contextWindow, models, compaction, prune, llm …); inline JSON works too")
     parser.add_argument("--anthropic-upstream", metavar="URL", default=None,
-                        help="where Anthropic Messages requests go (default https://api.anthropic.com)")
+                        help="where Anthropic Messages requests go: the provider, a gateway, a local model "
+                             "(default https://api.anthropic.com; wrap claude: an ANTHROPIC_BASE_URL already set)")
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
-                        help="where OpenAI Responses and Chat Completions requests go, with its version "
-                             "(default https://api.openai.com/v1)")
+                        help="where OpenAI Responses and Chat Completions requests go, with its version: the "
+                             "provider, a gateway, a local model (default https://api.openai.com/v1; wrap codex: "
+                             "the base URL of Codex's active provider, or OPENAI_BASE_URL)")
     parser.add_argument("--prepare-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="how long the sidecar may take over a request (storing, assembling, a compaction) "
                              "before it goes upstream as the agent sent it (default 60)")

@@ -51,8 +51,9 @@ def run_status(port: int, as_json: bool) -> int:
         print(f"  {_short(entry['sessionId']):<40} {entry['provider']:<9} {entry['requests']:>8,} "
               f"{entry['agentTokens']:>11,} {entry['forwardedTokens']:>11,} "
               f"{'-' if rate is None else f'{rate:.1%}':>10} {entry['compactions']:>11,}")
-    print("  sent and forwarded: estimated tokens of whole request bodies (UTF-8 bytes / 4); cache hits: the "
-          "provider's cache reads / prompt tokens")
+    print("  sent, forwarded: estimated tokens of the request bodies (UTF-8 bytes / 4), cache markers left out;\n"
+          "    each message goes as first stored (an agent may resend it in another form: a few tokens either way)\n"
+          "  cache hits: the provider's cache reads / prompt tokens")
     return 0
 
 

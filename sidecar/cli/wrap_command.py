@@ -1,4 +1,4 @@
-"""``context-sidecar wrap [proxy options] claude|codex -- ARGS…``: run an agent through the proxy."""
+"""``context-sidecar wrap [proxy options] claude|codex [ARGS…]``: run an agent through the proxy."""
 
 from __future__ import annotations
 
@@ -29,18 +29,38 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``wrap``."""
     wrap = commands.add_parser(
         "wrap", parents=[common], help="run Claude Code or Codex through the proxy",
-        usage="context-sidecar wrap [proxy options] {claude,codex} -- ARGS...",
-        description="Start the proxy (or use the one already listening on --port), run the agent with its base URL "
-                    "pointed at it, and stop what was started when the agent exits, with the agent's exit status. "
-                    "claude: ANTHROPIC_BASE_URL. codex: the active provider's base URL, with one -c override "
-                    "(the proxy's OpenAI upstream is where it pointed unless --openai-upstream says otherwise); "
-                    "config.toml is not changed and none of its secrets goes on a command line. Should the "
-                    "proxy not start, the agent runs without it (said in one line). "
-                    "The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so "
-                    "that the agent has the terminal to itself.")
+        usage="context-sidecar wrap [proxy options] {claude,codex} [ARGS ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Start the proxy (or use the one already listening on --port), run the agent with its base URL pointed at it,
+and stop what was started when the agent exits, with the agent's exit status. Proxy options go before the
+agent; everything after it is the agent's own (a -- there is dropped).
+
+Where the requests go (a gateway, a local model, a company proxy):
+  claude: ANTHROPIC_BASE_URL is pointed at the proxy; one already set is where the proxy sends claude's
+    requests (--anthropic-upstream wins), so the agent's token goes where it went before.
+  codex: one -c override moves the active provider's base URL to the proxy, and nothing else (config.toml
+    is not changed, and none of its secrets goes on a command line); where it pointed (for the built-in
+    openai provider, openai_base_url or OPENAI_BASE_URL) is where the proxy sends codex's requests
+    (--openai-upstream wins).
+
+Should the proxy not start, the agent runs without it, and wrap says so in one line; should the sidecar not
+be able to store the session (its database locked by another process), wrap says so once.
+
+The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so that the agent has
+the terminal to itself.""",
+        epilog="""\
+examples:
+  context-sidecar wrap claude                                   Claude Code as usual, through the proxy
+  context-sidecar wrap claude -p "fix the failing test"         its arguments after its name
+  ANTHROPIC_BASE_URL=https://llm.example.com context-sidecar wrap claude   through your gateway
+  context-sidecar wrap --anthropic-upstream http://127.0.0.1:4000 claude   or name it here
+  context-sidecar wrap --db /tmp/a.duckdb codex exec "fix the test"       Codex, another database""")
     add_options(wrap)
     wrap.add_argument("agent", choices=AGENTS, help="the agent to run (found on PATH)")
-    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="the agent's own arguments")
+    # Nothing after the agent is required: argparse would list a REMAINDER among the required arguments.
+    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                      help="the agent's own arguments, as you would give them to it").required = False
 
 
 def default_log() -> Path:

@@ -94,7 +94,7 @@ class App:
             except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
                 log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, route.path,
                             type(error).__name__, error)
-                self.proxy.stats.unmanaged(UNKNOWN_SESSION, len(request.body))
+                self.proxy.stats.unmanaged(UNKNOWN_SESSION, request.body)
                 self.proxy.stats.failed(reason(error))
         await self.forward(request, responder, route, prepared)
 
@@ -102,7 +102,7 @@ class App:
         """A request the proxy leaves as it is: counted, and the log says why."""
         session = next((value for name in SESSION_HEADERS if (value := request.header(name))), UNKNOWN_SESSION)
         log.info("%s %s: forwarded as the agent sent it, unmanaged: %s", request.method, request.path, why)
-        self.proxy.stats.unmanaged(session, len(request.body))
+        self.proxy.stats.unmanaged(session, request.body)
 
     async def prepare(self, adapter: Adapter, path: str, request: HttpRequest) -> Prepared:
         """Read the body and let the core store and assemble it, within ``prepare_timeout`` (else the request goes
@@ -123,7 +123,7 @@ class App:
         forget(work)
         log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
                     conversation.session_id, self.prepare_timeout)
-        self.proxy.stats.unmanaged(conversation.session_id, len(request.body))
+        self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
@@ -149,7 +149,7 @@ class App:
             try:
                 async with self.upstream.send(request.method, url, request.headers, body) as response:
                     if prepared is not None and _refused(prepared, request.body, response.status_code):
-                        await self._refusal(prepared, len(request.body), response)
+                        await self._refusal(prepared, request.body, response)
                         prepared = None
                         continue
                     await self._relay(response, responder, route.adapter, prepared)
@@ -165,13 +165,13 @@ class App:
             break
         await responder.end()
 
-    async def _refusal(self, prepared: Prepared, sent: int, response: Any) -> None:
+    async def _refusal(self, prepared: Prepared, sent: bytes, response: Any) -> None:
         """The provider refused the body the proxy made: counted unmanaged, and the log says why."""
         assert prepared.branch is not None
         reason = _error_message(await response.aread())
         log.warning("session %s: the provider refused the sidecar's context (%d: %s); sent again as the agent sent it",
                     prepared.branch.session_id, response.status_code, reason)
-        self.proxy.stats.refused(prepared.branch.session_id, sent, len(prepared.body))
+        self.proxy.stats.refused(prepared.branch.session_id, sent, prepared.body)
 
     async def _relay(self, response: Any, responder: Responder, adapter: Adapter | None,
                      prepared: Prepared | None) -> None:

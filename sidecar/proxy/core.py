@@ -110,7 +110,7 @@ class Proxy:
         """
         body = request.body.raw
         if not adapter.manageable(request.values):
-            self.stats.unmanaged(conversation.session_id, len(body))
+            self.stats.unmanaged(conversation.session_id, body)
             return Prepared(body, conversation, None, request.stream)
         budget = self.budget(request)
         try:
@@ -124,11 +124,11 @@ class Proxy:
         except Exception as error:  # the host's, or the sidecar's own: the agent never breaks
             log.warning("session %s: forwarded as the agent sent it (%s: %s)", conversation.session_id,
                         type(error).__name__, error)
-            self.stats.unmanaged(conversation.session_id, len(body))
+            self.stats.unmanaged(conversation.session_id, body)
             self.stats.failed(reason(error))
             return Prepared(body, conversation, None, request.stream)
-        self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, len(body),
-                           len(forwarded))
+        self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, body,
+                           forwarded)
         return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
 
     async def _managed(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,

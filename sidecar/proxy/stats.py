@@ -13,6 +13,31 @@ from sidecar.proxy.adapters.base import Recorded
 
 BYTES_PER_TOKEN = 4
 """The sidecar's estimate (sidecar/engine/tokens.py): UTF-8 bytes / 4."""
+CACHE_MARKER = b'"cache_control"'
+
+
+def prompt_tokens(body: bytes) -> int:
+    """Estimated tokens of a request body, its cache markers left out.
+
+    A marker (``"cache_control": {…}``, with the comma that joins it) only steers the provider's cache, which bills
+    no token for it; and the proxy puts its own markers where the agent had others. Counted, they made a
+    conversation forwarded whole look larger than the agent's request.
+    """
+    size = len(body)
+    start = body.find(CACHE_MARKER)
+    while start != -1:
+        end = body.find(b"}", start) + 1  # a marker's value is a flat object
+        if end == 0:
+            break
+        before = len(body[:start].rstrip())
+        if before and body[before - 1:before] == b",":
+            start = before - 1
+        else:  # the object's first member: the comma after it goes with it
+            after = len(body) - len(body[end:].lstrip())
+            end = after + 1 if body[after:after + 1] == b"," else end
+        size -= end - start
+        start = body.find(CACHE_MARKER, end)
+    return math.ceil(size / BYTES_PER_TOKEN)
 
 
 @attrs.define
@@ -30,9 +55,9 @@ class SessionStats:
     side: int = 0
     """The agent's side calls (no tools: Claude Code's titles, topics), forwarded as they are, not stored."""
     agent_tokens: int = 0
-    """Estimated tokens of the bodies the agent sent."""
+    """Estimated tokens of the bodies the agent sent (``prompt_tokens``)."""
     forwarded_tokens: int = 0
-    """Estimated tokens of the bodies forwarded upstream."""
+    """Estimated tokens of the bodies forwarded upstream, counted alike."""
     input_tokens: int = 0
     """The provider's figures, summed over its answers: uncached input, cache reads and writes, output."""
     cache_read_tokens: int = 0
@@ -110,33 +135,34 @@ class Stats:
             found = self.sessions[session_id] = SessionStats(session_id, agent_session or session_id.split("~")[0])
         return found
 
-    def request(self, session_id: str, agent_session: str, provider: str, model: str | None, sent: int,
-                forwarded: int) -> None:
-        """A request forwarded with the assembled context: ``sent`` and ``forwarded`` body bytes."""
+    def request(self, session_id: str, agent_session: str, provider: str, model: str | None, sent: bytes,
+                forwarded: bytes) -> None:
+        """A request forwarded with the assembled context: the body the agent ``sent`` and the one ``forwarded``."""
         entry = self._session(session_id, agent_session)
         entry.provider, entry.model = provider, model
         entry.requests += 1
         if self.problem is not None and self.problem.resolved is None:
             self.problem.resolved = time.time()
-        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
-        entry.forwarded_tokens += math.ceil(forwarded / BYTES_PER_TOKEN)
+        entry.agent_tokens += prompt_tokens(sent)
+        entry.forwarded_tokens += prompt_tokens(forwarded)
         entry.last_request = time.time()
 
-    def unmanaged(self, agent_session: str, sent: int) -> None:
+    def unmanaged(self, agent_session: str, sent: bytes) -> None:
         """A request forwarded as the agent sent it."""
         entry = self._session(agent_session, agent_session)
         entry.requests += 1
         entry.unmanaged += 1
-        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
-        entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        tokens = prompt_tokens(sent)
+        entry.agent_tokens += tokens
+        entry.forwarded_tokens += tokens
         entry.last_request = time.time()
 
-    def refused(self, session_id: str, sent: int, forwarded: int) -> None:
+    def refused(self, session_id: str, sent: bytes, forwarded: bytes) -> None:
         """A request forwarded with the assembled context that the provider refused, sent again as the agent sent it
-        (``sent`` bytes; ``forwarded``: the refused body's)."""
+        (``sent``; ``forwarded``: the refused body)."""
         entry = self._session(session_id)
         entry.unmanaged += 1
-        entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN) - math.ceil(forwarded / BYTES_PER_TOKEN)
+        entry.forwarded_tokens += prompt_tokens(sent) - prompt_tokens(forwarded)
 
     def side(self, agent_session: str) -> None:
         """An agent's side call forwarded as it is (not counted in ``requests``)."""

@@ -203,6 +203,12 @@ class Host:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         self._idle_soon()
+        store = self.sidecar.open_store
+        if store is not None:  # a team database's other hosts write too: their changes reach our followers
+            def heard(session_id: str | None) -> None:
+                loop.call_soon_threadsafe(self.changed_elsewhere, session_id)
+
+            store.listen(heard)
         try:
             await self._done
         finally:
@@ -388,6 +394,25 @@ class Host:
                 await asyncio.wait(late)
         for _ in range(2):
             await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
+
+    def changed_elsewhere(self, session_id: str | None) -> None:
+        """Another host changed a session (None: any may have changed): its followers here get its usage."""
+        store = self.sidecar.open_store
+        if store is None:
+            return
+        wanted = [session_id] if session_id is not None else sorted(
+            {sid for server in self.servers for sid in server.touched_sessions | server.following_sessions})
+        for sid in wanted:
+            try:
+                session = store.session(sid)
+            except Exception as error:  # the server may be gone again; the next notification tries anew
+                log.info("reading %s after another host's change: %s", sid, error)
+                return
+            if session is None:
+                continue
+            usage = self.sidecar.usage(session)
+            for server in self.watchers(None, sid):
+                server.push_usage(usage)
 
     def watchers(self, origin: Any, session_id: str) -> list[Any]:
         """The other connections following a session: they worked on it, or follow it or its workspace."""

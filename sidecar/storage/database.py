@@ -59,8 +59,6 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._db = db
         self.path = path
         self.memory_limit = memory_limit
-        self.on_change: Callable[[str], None] | None = None
-        """Never called: no other process writes this file."""
         self._start()
 
     def _start(self) -> None:
@@ -101,6 +99,13 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def session_lock(self, session_id: str) -> OneProcessLock:
+        """Always free: one process holds the file, and its runtime knows which session it compacts."""
+        return OneProcessLock()
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Nothing to hear: no other process writes the file (it is locked)."""
 
     def migrations(self) -> list[str]:
         """Names of the applied migrations, oldest first."""
@@ -433,6 +438,16 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         except duckdb.Error as error:
             return str(error).splitlines()[0]
         return None
+
+
+class OneProcessLock:
+    """A session's compaction lock in a file only one process opens: nothing to take."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing was taken."""
 
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")

@@ -26,6 +26,16 @@ from sidecar.rows import (
 )
 
 
+class SessionLock(Protocol):
+    """The right to compact one session, across every host of the database."""
+
+    def acquire(self) -> bool:
+        """Take it if it is free (never waits); whether this holds it now."""
+
+    def release(self) -> None:
+        """Let it go (once held; otherwise nothing)."""
+
+
 class Store(Protocol):
     """A database of sessions, their verbatim messages, summaries, lineage and current context."""
 
@@ -33,8 +43,6 @@ class Store(Protocol):
     """What the store was opened on, as shown to users: a file path, or a URL without its password."""
     invalidated: bool
     """The backend refuses the store until ``reopen`` (DuckDB after a failed checkpoint); never true for others."""
-    on_change: Callable[[str], None] | None
-    """Called (on any thread) with the id of a session another process changed; None: nobody listens."""
 
     # Lifecycle
 
@@ -52,6 +60,10 @@ class Store(Protocol):
 
     def note_failure(self, error: BaseException) -> None:
         """Look at a request's failure, in case it means the store must be reopened."""
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Call ``on_change`` (on another thread) with the id of each session another process changed, or None
+        when any may have; a store no other process writes never calls it."""
 
     # Sessions
 
@@ -132,6 +144,9 @@ class Store(Protocol):
 
     def source_messages(self, session_id: str, spans: Sequence[tuple[int, int]]) -> list[SourceMessage]:
         """The text and time of the messages whose seq lies in one of the (first, last) spans."""
+
+    def session_lock(self, session_id: str) -> SessionLock:
+        """The lock a compaction of the session holds, so that two hosts never both compact it."""
 
     # Summaries and lineage
 

@@ -205,6 +205,18 @@ class Pool:
             if self.down_since is not None:
                 self.mark_up()
 
+    def take(self) -> psycopg.Connection:
+        """A connection of the pool, held until ``give``; StorageFailure / StorageUnavailable when none can be had."""
+        try:
+            return self._pool.getconn(timeout=CONNECT_SECONDS)
+        except (PoolTimeout, psycopg.OperationalError) as error:
+            raise connect_failure(error, self.url) from None
+
+    def give(self, conn: psycopg.Connection) -> None:
+        """Return a connection ``take`` gave (a broken one is replaced by the pool)."""
+        with contextlib.suppress(Exception):
+            self._pool.putconn(conn)
+
     @contextlib.contextmanager
     def borrowed(self) -> Iterator[psycopg.Connection]:
         """A connection of the pool for another thread (a compaction's lock, the spool); errors mapped."""

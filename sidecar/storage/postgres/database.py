@@ -27,6 +27,8 @@ from sidecar.storage.context_reads import ContextReads
 from sidecar.storage.live import SESSION_COLUMNS, session_from_row, with_live
 from sidecar.storage.postgres.connection import Pool
 from sidecar.storage.postgres.lineage import PgLineage
+from sidecar.storage.postgres.listener import Listener
+from sidecar.storage.postgres.locks import AdvisoryLock
 from sidecar.storage.postgres.migrations import MIGRATIONS
 from sidecar.storage.postgres.session_sql import SESSION_SQL
 from sidecar.storage.postgres.sessions_copy import PgCopies
@@ -56,7 +58,7 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
         self.url = url
         self.path = shown(url)
         self.invalidated = False
-        self.on_change: Callable[[str], None] | None = None
+        self._listener: Listener | None = None
         self.origin = uuid.uuid4().hex[:12]
         """This store's name in notifications, so that it does not take its own writes for another's."""
         self._tails = TailCache()
@@ -80,8 +82,20 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
     def known_migrations() -> list[str]:
         return [name for name, _ in MIGRATIONS]
 
+    def session_lock(self, session_id: str) -> AdvisoryLock:
+        """The advisory lock a compaction of the session holds, across every host of the database."""
+        return AdvisoryLock(self._pool, session_id)
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Hear the other hosts' writes (LISTEN/NOTIFY), on a thread and a connection of its own."""
+        if self._listener is None:
+            self._listener = Listener(self.url, self.origin, on_change)
+            self._listener.start()
+
     def close(self) -> None:
         """Close every connection."""
+        if self._listener is not None:
+            self._listener.stop()
         self._pool.close()
 
     def checkpoint(self) -> None:
