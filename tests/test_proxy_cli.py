@@ -165,7 +165,7 @@ def test_under_wrap_whatever_the_agent_asks_goes_to_its_own_provider_and_nowhere
     script.write_text(f"#!{sys.executable}\n"
                       "import os, httpx2\n"
                       "base = os.environ['ANTHROPIC_BASE_URL']\n"
-                      "files = httpx2.get(base + '/v1/files', headers={'x-api-key': 'sk-ant-secret'})\n"
+                      "files = httpx2.get(base + '/v1/files', headers={'x-api-key': 'sk-ant-secret'}, timeout=60)\n"
                       "print(files.status_code)\n")
     script.chmod(0o755)
     with FakeProvider() as anthropic_side, RefusingProxy() as refusing:
