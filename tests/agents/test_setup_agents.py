@@ -46,12 +46,15 @@ def test_codex_starts_and_answers_whatever_became_of_the_install(codex: Codex, a
     (install / "bin").mkdir(parents=True)
     command = install / "bin" / "context-sidecar"  # an install of its own, to break
     shutil.copy2(agent_world.sidecar, command)
-    blocked = tmp_path / "a-file"
-    blocked.write_text("")
-    db = ["--db", str(blocked / "memory.duckdb")] if breakage == "unusable database" else []
+    folder = tmp_path / "data"
+    folder.mkdir()
+    db = ["--db", str(folder / "memory.duckdb")] if breakage == "unusable database" else []
     codex.write_config()
     agent_world.run([command, "setup", "codex", *db], env=codex.env()).check()
-    if breakage == "moved checkout":
+    if breakage == "unusable database":
+        folder.rmdir()
+        folder.write_text("")  # a file where the database's folder was
+    elif breakage == "moved checkout":
         install.rename(tmp_path / "moved")
     elif breakage == "broken venv":
         lines = command.read_text().splitlines(keepends=True)
