@@ -107,6 +107,37 @@ def test_claude_code_user_config_gets_the_server_hooks_and_permission(home):
     assert '\n        "PreCompact": [\n            {"hooks"' in (home / ".claude" / "settings.json").read_text()
 
 
+def test_no_allow_leaves_the_permission_out_takes_it_back_and_remove_still_gives_back_the_original(home):
+    original = snapshot(home)
+    run = setup(home, "claude-code", "--no-allow")
+    assert run.code == 0, run.err
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert settings["permissions"] == {"allow": ["Bash(npm test)"], "deny": ["Read(.env)"]}
+    assert our_groups(settings, "PreCompact") and "allowed its tools" not in run.out
+    assert setup(home, "claude-code").code == 0  # a yes later
+    said_no = setup(home, "claude-code", "--no-allow")  # and a no again
+    assert "removed permissions.allow mcp__context-sidecar" in said_no.out
+    assert json.loads((home / ".claude" / "settings.json").read_text())["permissions"]["allow"] == ["Bash(npm test)"]
+    assert setup(home, "claude-code", "--remove").code == 0
+    assert snapshot(home) == original
+
+
+def test_no_allow_in_an_empty_home_and_remove_leave_nothing(tmp_path):
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    assert setup(home, "claude-code", "--no-allow").code == 0
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert "permissions" not in settings and set(settings["hooks"]) == {"PreCompact", "SessionStart", "PostCompact"}
+    assert setup(home, "claude-code", "--remove").code == 0
+    assert list(home.iterdir()) == []
+
+
+def test_no_allow_is_for_claude_code_only(home):
+    original = snapshot(home)
+    run = setup(home, "codex", "--no-allow")
+    assert run.code == 2 and "--no-allow is for claude-code" in run.err and snapshot(home) == original
+
+
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
 def test_twice_changes_nothing_and_remove_gives_back_the_original_bytes(home, agent):
     original = snapshot(home)

@@ -104,8 +104,9 @@ def claude_mcp(text: str, name: str, command: str, db: str | None, remove: bool)
 
 
 def claude_settings(text: str, name: str, command: str, db: str | None, remove: bool,
-                    project: bool) -> tuple[str, list[str]]:
-    """The hooks, the permission for the server's tools and, in a project, the approval of its ``.mcp.json`` entry."""
+                    project: bool, allow: bool = True) -> tuple[str, list[str]]:
+    """The hooks, the permission for the server's tools (unless not ``allow``: then one there is taken out) and, in
+    a project, the approval of its ``.mcp.json`` entry."""
     done: list[str] = []
     hooks: list[str] = []
     for event, matcher in HOOK_EVENTS:
@@ -119,7 +120,7 @@ def claude_settings(text: str, name: str, command: str, db: str | None, remove: 
     if project:
         entries.append(("enabledMcpjsonServers", ["enabledMcpjsonServers"], SERVER, "approved .mcp.json's server"))
     for label, path, value, what in entries:
-        if remove:
+        if remove or (not allow and value == TOOLS_PERMISSION):
             walk(text, name, path)
             text, removed = drop_items(text, name, path, functools.partial(operator.eq, value))
             if removed:

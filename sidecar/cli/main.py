@@ -171,8 +171,9 @@ Everything else in those files keeps its bytes; running it again changes nothing
         epilog="""\
 claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.context-sidecar;
   ~/.claude/settings.json: hooks PreCompact, SessionStart (matcher compact), PostCompact running
-  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (claude -p calls no tool
-  without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
+  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (Claude Code runs the memory
+  tools, which only read, without asking; claude -p calls no tool without a permission; --no-allow leaves it
+  out). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
   Claude Code reads them in a folder you trust.
 codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
   (codex exec waits for no optional server) and startup_timeout_sec = 30, run through /bin/sh so that a
@@ -188,6 +189,10 @@ no key or file the user had.""")
     setup.add_argument("--project", nargs="?", const=".", metavar="DIR",
                        help="write the project's files in DIR (default: this folder) instead of the user config")
     setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+    setup.add_argument("--no-allow", dest="allow", action="store_false",
+                       help="claude-code: leave out (or take out) permissions.allow mcp__context-sidecar, so that "
+                            "Claude Code asks before each memory tool call; claude -p then runs them only with "
+                            "--allowedTools mcp__context-sidecar")
     setup.add_argument("--remove", action="store_true",
                        help="take out exactly what setup adds (the server, its hooks and permission entries), "
                             "and the keys and files it created for them once they are empty")
@@ -325,7 +330,11 @@ def run_command(argv: Sequence[str] | None = None) -> int:
     if args.command == "setup":
         from sidecar.cli.setup import run_setup
 
-        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
+        if not args.allow and args.agent != "claude-code":
+            print("context-sidecar setup: error: --no-allow is for claude-code (Codex's approval of the tools is "
+                  "default_tools_approval_mode in its entry)", file=sys.stderr)
+            return 2
+        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db, args.allow)
     if args.command == "proxy":
         from sidecar.cli.proxy_command import ProxyOptions, run_proxy
 
