@@ -14,6 +14,7 @@ import httpx2
 
 from sidecar.cli.main import build_parser
 from sidecar.cli.wrap_command import codex_provider
+from sidecar.client import SidecarClient
 from sidecar.proxy.jsontext import object_members
 from sidecar.testing import FakeProvider
 from sidecar.testing.refusing_proxy import RefusingProxy
@@ -153,12 +154,10 @@ async def test_wrap_uses_a_running_proxy_only_when_it_has_the_same_database_and_
     assert f"sends anthropic requests to {upstream}, not http://127.0.0.1:9" in elsewhere.stderr
 
 
-def test_codex_s_built_in_provider_keeps_its_login(tmp_path: Path) -> None:
-    (tmp_path / ".codex").mkdir()
-    (tmp_path / ".codex" / "auth.json").write_text("{}")
-    base, provider = codex_provider({"HOME": str(tmp_path), "OPENAI_BASE_URL": "https://gateway.example/v1"})
-    assert base == "https://gateway.example/v1"
-    assert provider == {"name": "OpenAI", "requires_openai_auth": True}
+def test_codex_s_built_in_provider_is_pointed_at_the_proxy_by_its_base_url_alone(tmp_path: Path) -> None:
+    provider = codex_provider({"HOME": str(tmp_path), "OPENAI_BASE_URL": "https://gateway.example/v1"})
+    assert provider.base_url == "https://gateway.example/v1"  # where its requests went: the proxy's upstream
+    assert provider.overrides("http://127.0.0.1:1") == ["-c", 'openai_base_url="http://127.0.0.1:1/openai/v1"']
 
 
 def test_under_wrap_whatever_the_agent_asks_goes_to_its_own_provider_and_nowhere_else(tmp_path: Path) -> None:
@@ -166,7 +165,7 @@ def test_under_wrap_whatever_the_agent_asks_goes_to_its_own_provider_and_nowhere
     script.write_text(f"#!{sys.executable}\n"
                       "import os, httpx2\n"
                       "base = os.environ['ANTHROPIC_BASE_URL']\n"
-                      "files = httpx2.get(base + '/v1/files', headers={'x-api-key': 'sk-ant-secret'})\n"
+                      "files = httpx2.get(base + '/v1/files', headers={'x-api-key': 'sk-ant-secret'}, timeout=60)\n"
                       "print(files.status_code)\n")
     script.chmod(0o755)
     with FakeProvider() as anthropic_side, RefusingProxy() as refusing:
@@ -180,3 +179,23 @@ def test_under_wrap_whatever_the_agent_asks_goes_to_its_own_provider_and_nowhere
     assert [(r.method, r.path, r.headers.get("x-api-key")) for r in anthropic_side.requests] == [
         ("GET", "/v1/files", "sk-ant-secret")]
     assert attempts == []
+
+
+async def test_status_says_when_the_sidecar_cannot_take_requests_and_why(tmp_path: Path) -> None:
+    db = tmp_path / "proxy.duckdb"
+    holder = await SidecarClient.spawn(command=[sys.executable, "-m", "sidecar", "--no-share"], db=str(db))
+    try:
+        await holder.sessions()  # it holds the file once this answers
+        with FakeProvider(responder=lambda request: "ok") as fake:
+            async with running_proxy(tmp_path, fake.url) as proxy:
+                client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
+                reply = await client.messages.create(model="m", max_tokens=5, extra_headers={
+                    "x-context-sidecar-session": "locked"}, messages=[{"role": "user", "content": "hi"}])
+                shown = await asyncio.to_thread(cli, "status", "--port", proxy.url.rsplit(":", 1)[1])
+    finally:
+        await holder.close()
+    assert reply.content[0].text == "ok"  # type: ignore[union-attr]
+    assert shown.returncode == 0, shown.stderr
+    [line] = [line for line in shown.stdout.splitlines() if line.startswith("  !")]
+    assert "could not take requests (1 went to the provider as the agent sent them, nothing stored" in line
+    assert f"is locked by process {holder.process.pid}" in line  # type: ignore[union-attr]

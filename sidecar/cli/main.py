@@ -176,10 +176,11 @@ claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.contex
   out). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
   Claude Code reads them in a folder you trust.
 codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
-  (codex exec starts no optional server; Codex does not start without it, so run --remove before you
-  uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and env_vars (XDG_RUNTIME_DIR,
-  XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex passes an MCP server few
-  variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
+  (codex exec waits for no optional server) and startup_timeout_sec = 30, run through /bin/sh so that a
+  broken install (moved, its Python gone) starts a stand-in with no tools instead of stopping Codex (run
+  --remove before you uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and
+  env_vars (XDG_RUNTIME_DIR, XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex
+  passes an MCP server few variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
 A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
 is written and the exit code is 1. --db PATH is passed on to the server and the hooks. What setup created is
 recorded in $XDG_STATE_HOME/context-sidecar/setup.json (default ~/.local/state), so that --remove takes out

@@ -114,6 +114,8 @@ class ProxyOptions:
 @contextlib.asynccontextmanager
 async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     """A listening proxy (its ``App``, with ``port`` set), stopped at the end of the block."""
+    import asyncio
+
     from sidecar.client import SidecarClient
     from sidecar.config.settings import read_settings
     from sidecar.proxy.app import PREPARE_TIMEOUT, App, Upstreams
@@ -152,9 +154,11 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
         await client.close()
         raise
     app.port = server.sockets[0].getsockname()[1]
+    check = asyncio.ensure_future(app.proxy.check())  # a database it cannot use is told before the first request
     try:
         yield app
     finally:
+        check.cancel()
         server.close()
         await app.proxy.settle()
         await upstream.close()
@@ -176,6 +180,9 @@ def run_proxy(options: ProxyOptions) -> int:
                 print(f"context-sidecar proxy: listening on http://{HOST}:{app.port} (storage {app.storage}); "
                       f"Anthropic → {app.upstreams.anthropic}, OpenAI → {app.upstreams.openai}", file=sys.stderr,
                       flush=True)
+                app.proxy.stats.on_problem = lambda problem: print(
+                    f"context-sidecar proxy: the sidecar cannot take requests ({problem.message}): they go to the "
+                    "provider as the agent sends them (context-sidecar status)", file=sys.stderr, flush=True)
                 await stop.wait()
         except OSError as error:
             print(f"context-sidecar proxy: cannot listen on {HOST}:{options.port}: {error.strerror or error}",

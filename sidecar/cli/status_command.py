@@ -34,6 +34,12 @@ def run_status(port: int, as_json: bool) -> int:
         return 0
     print(f"context-sidecar proxy on http://{HOST}:{port} (pid {stats['pid']}, up {_duration(stats['uptimeSeconds'])})"
           f", storage {stats['storage']}")
+    problem = stats.get("problem")
+    if problem:
+        state = f"managed again since {problem['resolvedAt']}" if problem.get("resolvedAt") else \
+            f"since {problem['since']}"
+        print(f"  ! the sidecar could not take requests ({problem['requests']:,} went to the provider as the agent "
+              f"sent them, nothing stored; {state}): {problem['message']}")
     sessions = stats["sessions"]
     if not sessions:
         print("  no requests yet")

@@ -14,7 +14,7 @@ import attrs
 from sidecar import __version__
 from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder, Request
 from sidecar.proxy.conversation import Conversation, Prepared
-from sidecar.proxy.core import Proxy, forget
+from sidecar.proxy.core import Proxy, forget, reason
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.routes import ANTHROPIC, JSON, Route, Routes
 from sidecar.proxy.seen import Seen
@@ -95,6 +95,7 @@ class App:
                 log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, route.path,
                             type(error).__name__, error)
                 self.proxy.stats.unmanaged(UNKNOWN_SESSION, request.body)
+                self.proxy.stats.failed(reason(error))
         await self.forward(request, responder, route, prepared)
 
     def _unmanaged(self, request: HttpRequest, why: str) -> None:
@@ -196,6 +197,7 @@ class App:
                 "storage": self.storage, "upstreams": {"anthropic": self.upstreams.anthropic,
                                                        "openai": self.upstreams.openai},
                 "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
+                "problem": problem.as_json() if (problem := self.proxy.stats.problem) is not None else None,
                 "sessions": self.proxy.stats.as_json()}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -84,8 +85,26 @@ class SessionStats:
             "cacheWriteTokens": self.cache_write_tokens, "outputTokens": self.output_tokens,
             "cacheHitRate": self.cache_hit_rate(), "compactions": self.compactions,
             "compactedTokens": self.compacted_tokens,
-            "lastRequestAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_request)),
+            "lastRequestAt": _iso(self.last_request),
         }
+
+
+@attrs.define
+class Problem:
+    """Why the sidecar could not take the agent's requests, which went upstream as the agent sent them."""
+
+    message: str
+    since: float
+    last: float
+    requests: int = 0
+    """Requests it sent upstream unmanaged."""
+    resolved: float | None = None
+    """When a request was managed again (None: not yet)."""
+
+    def as_json(self) -> dict[str, Any]:
+        """As /stats shows it."""
+        return {"message": self.message, "requests": self.requests, "since": _iso(self.since),
+                "last": _iso(self.last), "resolvedAt": _iso(self.resolved) if self.resolved is not None else None}
 
 
 class Stats:
@@ -94,6 +113,21 @@ class Stats:
     def __init__(self) -> None:
         self.sessions: dict[str, SessionStats] = {}
         self.started = time.time()
+        self.problem: Problem | None = None
+        """The latest reason the sidecar could not take requests."""
+        self.on_problem: Callable[[Problem], None] | None = None
+        """Told of each new problem (``wrap`` says the first on the terminal)."""
+
+    def failed(self, message: str, requests: int = 1) -> None:
+        """The sidecar could not take ``requests`` requests (0: a check found it so), for this reason."""
+        now = time.time()
+        problem = self.problem
+        if problem is None or problem.resolved is not None or problem.message != message:
+            problem = self.problem = Problem(message, now, now)
+            if self.on_problem is not None:
+                self.on_problem(problem)
+        problem.requests += requests
+        problem.last = now
 
     def _session(self, session_id: str, agent_session: str | None = None) -> SessionStats:
         found = self.sessions.get(session_id)
@@ -107,6 +141,8 @@ class Stats:
         entry = self._session(session_id, agent_session)
         entry.provider, entry.model = provider, model
         entry.requests += 1
+        if self.problem is not None and self.problem.resolved is None:
+            self.problem.resolved = time.time()
         entry.agent_tokens += prompt_tokens(sent)
         entry.forwarded_tokens += prompt_tokens(forwarded)
         entry.last_request = time.time()
@@ -155,3 +191,7 @@ class Stats:
         """Every session, the most recently used first."""
         ordered = sorted(self.sessions.values(), key=lambda entry: entry.last_request, reverse=True)
         return [entry.as_json() for entry in ordered]
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
