@@ -219,3 +219,11 @@ async def test_a_password_never_shows_in_logs_errors_or_initialize(team_server: 
         assert secret not in cli(*args).stdout
     wrong = cli("db", "copy", "--from", url.replace(secret, "x" + secret), "--to", str(tmp_path / "x.duckdb"))
     assert secret not in wrong.stderr and "refused the password" in one_line_error(wrong)
+
+
+def test_setup_passes_a_team_url_on_as_it_is(tmp_path) -> None:
+    url = "postgresql://alice@db.example.com:5432/team"
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "CODEX_HOME": str(tmp_path / "codex")}
+    done = cli("setup", "codex", "--dry-run", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f'"{url}"' in done.stdout
