@@ -34,7 +34,7 @@ printf '\n== postgresql\n'
 pg_dir=$(mktemp -d /tmp/cs-pg-XXXXXX)
 trap '.venv/bin/python -m tests.helpers.postgres stop "$pg_dir"' EXIT
 if pg_url=$(.venv/bin/python -m tests.helpers.postgres start "$pg_dir"); then
-    export CONTEXT_SIDECAR_TEST_PG="$pg_url" CONTEXT_SIDECAR_REQUIRE_PG=1
+    export CONTEXT_SIDECAR_TEST_PG="$pg_url" CONTEXT_SIDECAR_TEST_PG_DIR="$pg_dir" CONTEXT_SIDECAR_REQUIRE_PG=1
     echo "PostgreSQL at $pg_url"
 else
     failed+=("postgresql")

@@ -10,6 +10,9 @@ import pytest
 from sidecar.proxy.http import HttpRequest, Responder, start_server
 from sidecar.proxy.routes import Routes, default_adapters
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+
 
 async def broken(request: HttpRequest, responder: Responder) -> None:
     """A handler with a bug."""
@@ -26,7 +29,7 @@ async def test_an_unexpected_error_is_a_502_in_the_api_s_shape_and_the_connectio
         with pytest.raises(openai.InternalServerError) as by_openai:
             await openai.AsyncOpenAI(api_key="k", base_url=f"{url}/openai/v1", max_retries=0).responses.create(
                 model="m", input="hi")
-        async with httpx2.AsyncClient() as http:  # one connection, kept alive across both
+        async with httpx2.AsyncClient(timeout=WAIT) as http:  # one connection, kept alive across both
             first = await http.get(f"{url}/anything")
             second = await http.get(f"{url}/anything")
     finally:

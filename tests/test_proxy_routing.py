@@ -17,11 +17,14 @@ from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
 from tests.helpers.proxy import running_proxy
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+
 
 async def test_a_route_the_proxy_does_not_know_is_a_404_in_the_api_s_shape_and_goes_nowhere(tmp_path: Path) -> None:
     with FakeProvider() as anthropic_side, FakeProvider() as openai_side:
         async with running_proxy(tmp_path, anthropic_side.url, openai=openai_side.url) as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 # An Anthropic key on a path of no one API, without anthropic-version: once guessed to be OpenAI's.
                 keyed = await http.get(f"{proxy.url}/v1/files", headers={"x-api-key": "sk-ant-secret"})
             with pytest.raises(anthropic.NotFoundError) as by_anthropic:
@@ -45,7 +48,7 @@ async def test_under_a_provider_s_prefix_everything_goes_to_that_provider_and_on
             models = await claude.models.list()
             reply = await claude.messages.create(model="m", max_tokens=5,
                                                  messages=[{"role": "user", "content": "hi"}])
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 # Not an Anthropic route, no anthropic-version: under /anthropic it is still Anthropic's.
                 files = await http.get(f"{proxy.url}/anthropic/v1/files?limit=1",
                                        headers={"x-api-key": "sk-ant-secret"})
@@ -80,7 +83,7 @@ async def test_the_session_header_and_every_hop_by_hop_header_stay_with_the_prox
     hop = (("connection", "x-upstream-hop"), ("x-upstream-hop", "upstream's own"), ("x-kept", "kept"))
     with FakeProvider() as fake:
         fake.script(Reply(text="ok", headers=hop))
-        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient() as http:
+        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient(timeout=WAIT) as http:
             response = await http.post(f"{proxy.url}/v1/messages", json={
                 "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}, headers={
                 "x-context-sidecar-session": "mine", "connection": "keep-alive, x-agent-hop",
@@ -95,7 +98,7 @@ async def test_the_session_header_and_every_hop_by_hop_header_stay_with_the_prox
 async def test_headers_that_are_not_ascii_pass_both_ways_as_their_bytes(tmp_path: Path) -> None:
     with FakeProvider() as fake:
         fake.script(Reply(text="ok", headers=(("x-note", "café"),)))  # sent as latin-1, as http.server does
-        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient() as http:
+        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient(timeout=WAIT) as http:
             response = await http.post(f"{proxy.url}/v1/messages", json={
                 "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
                 headers={"x-title": "projet été".encode()})

@@ -16,9 +16,12 @@ from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
 from tests.helpers.proxy import reader, running_proxy
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+
 
 def stats_of(url: str, session: str) -> dict[str, Any]:
-    return next(s for s in httpx2.get(f"{url}/stats").json()["sessions"] if s["sessionId"] == session)
+    return next(s for s in httpx2.get(f"{url}/stats", timeout=WAIT).json()["sessions"] if s["sessionId"] == session)
 
 
 async def test_a_compressed_body_goes_upstream_unchanged_and_the_provider_answers_it(tmp_path: Path) -> None:
@@ -26,7 +29,7 @@ async def test_a_compressed_body_goes_upstream_unchanged_and_the_provider_answer
     zipped = gzip.compress(body.encode())
     with FakeProvider() as fake:
         async with running_proxy(tmp_path, fake.url) as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 response = await http.post(f"{proxy.url}/v1/messages", content=zipped, headers={
                     "content-type": "application/json", "content-encoding": "gzip",
                     "x-context-sidecar-session": "zipped"})
@@ -52,7 +55,7 @@ async def test_a_body_the_proxy_cannot_read_goes_upstream_as_it_is_and_nothing_i
                                                                                        body: bytes) -> None:
     with FakeProvider(responder=lambda request: "the provider's answer") as fake:
         async with running_proxy(tmp_path, fake.url) as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 response = await http.post(f"{proxy.url}/v1/messages", content=body, headers={
                     "content-type": "application/json", "x-context-sidecar-session": "odd"})
             figures = stats_of(proxy.url, "odd")

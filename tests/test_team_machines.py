@@ -13,15 +13,18 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from sidecar.client import SidecarClient
-from tests.helpers.hosts import short_runtime
+from sidecar.testing import FakeOpenAIServer, RecordedRequest, Reply
+from tests.helpers.hosts import short_runtime, until
 from tests.helpers.team_db import ALICE, BOB, CAROL, OWNER, TeamServer
 
 PROJECT = "github.com/acme/app"
@@ -50,12 +53,14 @@ def machine(base: Path) -> Iterator[dict[str, str]]:
 
 
 @contextlib.asynccontextmanager
-async def member(url: str, env: dict[str, str], workspace: Path) -> AsyncIterator[SidecarClient]:
+async def member(url: str, env: dict[str, str], workspace: Path,
+                 settings: dict[str, Any] | None = None) -> AsyncIterator[SidecarClient]:
     """A client of the machine's host, started in ``workspace`` (an agent's working directory is its workspace)."""
     here = os.getcwd()
     os.chdir(workspace)
     try:
-        client = await SidecarClient.spawn(db=url, env=env, timeout=WAIT)
+        client = await SidecarClient.spawn(db=url, env=env, timeout=WAIT, settings=settings,
+                                           command=[sys.executable, "-P", "-m", "sidecar", "-v"])
     finally:
         os.chdir(here)
     try:
@@ -124,3 +129,42 @@ async def test_a_teammate_on_another_machine_finds_it_live_and_an_outsider_does_
 def _no_share_override(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machines' clients share through their hosts, as installed sidecars do."""
     monkeypatch.delenv("CONTEXT_SIDECAR_DB", raising=False)
+
+
+async def test_two_hosts_compacting_one_session_write_once_and_both_answer(
+        team_server: TeamServer, team_database: str, tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    def respond(request: RecordedRequest) -> Reply:
+        gate.wait(WAIT)
+        return Reply(text="Summary: the payment test's clock is frozen now.")
+
+    workspace = clone(tmp_path / "app", "git@github.com:acme/app.git")
+    url = team_server.url(ALICE, team_database)  # one developer, a laptop and a cloud dev box
+    with FakeOpenAIServer(responder=respond) as model, machine(tmp_path / "laptop") as env_a, \
+            machine(tmp_path / "devbox") as env_b:
+        settings = {"compaction": {"auto": False, "keepRecentTokens": 0},
+                    "llm": {"baseUrl": model.base_url, "model": "fake-model", "timeoutSeconds": 60}}
+        async with member(url, env_a, workspace, settings) as laptop, member(url, env_b, workspace, settings) as devbox:
+            await laptop.ingest("s", [{"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+                                       "content": f"step {i}: " + "edit " * 60} for i in range(40)])
+            first = asyncio.ensure_future(laptop.compact("s", mode="incremental"))
+            await until(lambda: model.in_flight > 0, "the laptop's summarizer call")
+            second = asyncio.ensure_future(devbox.compact("s", mode="incremental"))
+            await until(lambda: "waiting for the compaction another host runs" in log_of(env_b), "the devbox to wait")
+            calls = len(model.chat_requests)
+            gate.set()
+            ran, waited = await asyncio.wait_for(first, WAIT), await asyncio.wait_for(second, WAIT)
+            assert ran.compacted and ran.summary_ids
+            assert waited.compacted and waited.reason == "compacted by another host"
+            assert waited.tokens_after == ran.tokens_after
+            assert len(model.chat_requests) == calls  # the devbox never summarized
+    with psycopg.connect(url) as db:
+        stored = [row[0] for row in db.execute("SELECT id FROM summaries WHERE session_id = 's'")]
+        assert sorted(stored) == sorted(ran.summary_ids)
+
+
+def log_of(env: dict[str, str]) -> str:
+    """Everything the machine's hosts logged so far."""
+    runtime = Path(env["XDG_RUNTIME_DIR"]) / "context-sidecar"
+    return "".join(path.read_text(errors="replace") for path in runtime.glob("*.log"))

@@ -29,10 +29,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="a file holding a JSON object of settings, as initialize's options take them "
                              "(contextWindow, models, compaction, prune, llm …); inline JSON works too")
     parser.add_argument("--anthropic-upstream", metavar="URL", default=None,
-                        help="where Anthropic Messages requests go (default https://api.anthropic.com)")
+                        help="where Anthropic Messages requests go: the provider, a gateway, a local model "
+                             "(default https://api.anthropic.com; wrap claude: an ANTHROPIC_BASE_URL already set)")
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
-                        help="where OpenAI Responses and Chat Completions requests go, with its version "
-                             "(default https://api.openai.com/v1)")
+                        help="where OpenAI Responses and Chat Completions requests go, with its version: the "
+                             "provider, a gateway, a local model (default https://api.openai.com/v1; wrap codex: "
+                             "the base URL of Codex's active provider, or OPENAI_BASE_URL)")
     parser.add_argument("--prepare-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="how long the sidecar may take over a request (storing, assembling, a compaction) "
                              "before it goes upstream as the agent sent it (default 60)")
@@ -140,6 +142,8 @@ class ProxyOptions:
 @contextlib.asynccontextmanager
 async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     """A listening proxy (its ``App``, with ``port`` set), stopped at the end of the block."""
+    import asyncio
+
     from sidecar.client import SidecarClient
     from sidecar.config.settings import read_settings
     from sidecar.proxy.app import PREPARE_TIMEOUT, App, Upstreams
@@ -187,9 +191,11 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
         await client.close()
         raise
     app.port = server.sockets[0].getsockname()[1]
+    check = asyncio.ensure_future(app.proxy.check())  # a database it cannot use is told before the first request
     try:
         yield app
     finally:
+        check.cancel()
         server.close()
         await app.proxy.settle()
         await upstream.close()
@@ -211,6 +217,9 @@ def run_proxy(options: ProxyOptions) -> int:
                 print(f"context-sidecar proxy: listening on http://{HOST}:{app.port} (storage {app.storage}); "
                       f"Anthropic → {app.upstreams.anthropic}, OpenAI → {app.upstreams.openai}", file=sys.stderr,
                       flush=True)
+                app.proxy.stats.on_problem = lambda problem: print(
+                    f"context-sidecar proxy: the sidecar cannot take requests ({problem.message}): they go to the "
+                    "provider as the agent sends them (context-sidecar status)", file=sys.stderr, flush=True)
                 await stop.wait()
         except OSError as error:
             print(f"context-sidecar proxy: cannot listen on {HOST}:{options.port}: {error.strerror or error}",

@@ -14,7 +14,7 @@ import attrs
 from sidecar import __version__
 from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder, Request
 from sidecar.proxy.conversation import Conversation, Prepared
-from sidecar.proxy.core import Proxy, forget
+from sidecar.proxy.core import Proxy, forget, reason
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.routes import ANTHROPIC, JSON, Route, Routes
 from sidecar.proxy.seen import Seen
@@ -100,14 +100,15 @@ class App:
             except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
                 log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, route.path,
                             type(error).__name__, error)
-                self.proxy.stats.unmanaged(UNKNOWN_SESSION, len(request.body))
+                self.proxy.stats.unmanaged(UNKNOWN_SESSION, request.body)
+                self.proxy.stats.failed(reason(error))
         await self.forward(request, responder, route, prepared)
 
     def _unmanaged(self, request: HttpRequest, why: str) -> None:
         """A request the proxy leaves as it is: counted, and the log says why."""
         session = next((value for name in SESSION_HEADERS if (value := request.header(name))), UNKNOWN_SESSION)
         log.info("%s %s: forwarded as the agent sent it, unmanaged: %s", request.method, request.path, why)
-        self.proxy.stats.unmanaged(session, len(request.body))
+        self.proxy.stats.unmanaged(session, request.body)
 
     async def prepare(self, adapter: Adapter, path: str, request: HttpRequest, url: str | None = None) -> Prepared:
         """Read the body and let the core store and assemble it, within ``prepare_timeout`` (else the request goes
@@ -131,7 +132,7 @@ class App:
         forget(work)
         log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
                     conversation.session_id, self.prepare_timeout)
-        self.proxy.stats.unmanaged(conversation.session_id, len(request.body))
+        self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
@@ -155,7 +156,7 @@ class App:
             try:
                 async with self.upstream.send(request.method, url, request.headers, body) as response:
                     if prepared is not None and _refused(prepared, request.body, response.status_code):
-                        await self._refusal(prepared, len(request.body), response)
+                        await self._refusal(prepared, request.body, response)
                         prepared = None
                         continue
                     await self._relay(response, responder, route.adapter, prepared)
@@ -171,13 +172,13 @@ class App:
             break
         await responder.end()
 
-    async def _refusal(self, prepared: Prepared, sent: int, response: Any) -> None:
+    async def _refusal(self, prepared: Prepared, sent: bytes, response: Any) -> None:
         """The provider refused the body the proxy made: counted unmanaged, and the log says why."""
         assert prepared.branch is not None
         reason = _error_message(await response.aread())
         log.warning("session %s: the provider refused the sidecar's context (%d: %s); sent again as the agent sent it",
                     prepared.branch.session_id, response.status_code, reason)
-        self.proxy.stats.refused(prepared.branch.session_id, sent, len(prepared.body))
+        self.proxy.stats.refused(prepared.branch.session_id, sent, prepared.body)
 
     async def _relay(self, response: Any, responder: Responder, adapter: Adapter | None,
                      prepared: Prepared | None) -> None:
@@ -211,6 +212,7 @@ class App:
                 "summarizer": self.summarizer,
                 "summaryModel": self.summary_calls.model if self.summary_calls is not None else None,
                 "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
+                "problem": problem.as_json() if (problem := self.proxy.stats.problem) is not None else None,
                 "sessions": self.proxy.stats.as_json()}
 
 

@@ -13,7 +13,7 @@ from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is
 from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, step_pays
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from sidecar.engine.usage import compaction_threshold, default_budget, not_compacted_hint, usage_figures
-from sidecar.rows import ItemRow, SessionRow, prune_rule_key
+from sidecar.rows import ItemRow, SessionRow, StorageUnavailable, prune_rule_key
 from sidecar.services.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -147,14 +147,17 @@ class SessionFigures:
         """The session's usage figures and state."""
         window = self.context_window(session)
         source: UsageSource
-        estimate = self.estimated_tokens(session, tail=tail)
+        try:
+            estimate = self.estimated_tokens(session, tail=tail)
+            # Unless pruning may postpone compaction, what it saves still counts toward the threshold.
+            pruned = 0 if self.settings.prune.postpone_compaction else \
+                max(0, self.estimated_tokens(session, prune=False) - estimate)
+        except StorageUnavailable:  # a team database away: the stored totals, unpruned, until it is back
+            estimate, pruned = math.ceil(session.context_tokens * session.calibration), 0
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:
             tokens, source = estimate, "estimate"
-        # Unless pruning may postpone compaction, what it saves still counts toward the threshold.
-        postpone = self.settings.prune.postpone_compaction
-        pruned = 0 if postpone else max(0, self.estimated_tokens(session, prune=False) - estimate)
         state = self.runtime.get(session.session_id)
         figures = usage_figures(tokens, window, self.settings.compaction,
                                 state is not None and state.compacting and not state.waiting,

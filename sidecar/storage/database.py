@@ -100,6 +100,10 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
                 db.execute("ROLLBACK")
                 raise
 
+    def session_lock(self, session_id: str) -> OneProcessLock:
+        """Always free: one process holds the file, and its runtime knows which session it compacts."""
+        return OneProcessLock()
+
     def listen(self, on_change: Callable[[str | None], None]) -> None:
         """Nothing to hear: no other process writes the file (it is locked)."""
 
@@ -434,6 +438,16 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         except duckdb.Error as error:
             return str(error).splitlines()[0]
         return None
+
+
+class OneProcessLock:
+    """A session's compaction lock in a file only one process opens: nothing to take."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing was taken."""
 
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")

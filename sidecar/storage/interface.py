@@ -26,6 +26,16 @@ from sidecar.rows import (
 )
 
 
+class SessionLock(Protocol):
+    """The right to compact one session, across every host of the database."""
+
+    def acquire(self) -> bool:
+        """Take it if it is free (never waits); whether this holds it now."""
+
+    def release(self) -> None:
+        """Let it go (once held; otherwise nothing)."""
+
+
 class Store(Protocol):
     """A database of sessions, their verbatim messages, summaries, lineage and current context."""
 
@@ -134,6 +144,9 @@ class Store(Protocol):
 
     def source_messages(self, session_id: str, spans: Sequence[tuple[int, int]]) -> list[SourceMessage]:
         """The text and time of the messages whose seq lies in one of the (first, last) spans."""
+
+    def session_lock(self, session_id: str) -> SessionLock:
+        """The lock a compaction of the session holds, so that two hosts never both compact it."""
 
     # Summaries and lineage
 

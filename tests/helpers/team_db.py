@@ -96,7 +96,9 @@ def team_server() -> Iterator[TeamServer]:
     given = os.environ.get("CONTEXT_SIDECAR_TEST_PG")
     directory: Path | None = None
     if given:
-        server = TeamServer(given, None)
+        server_dir = os.environ.get("CONTEXT_SIDECAR_TEST_PG_DIR")
+        server = TeamServer(given, Path(server_dir) if server_dir else None)
+        directory = None
     else:
         directory = Path(tempfile.mkdtemp(prefix="cs-pg-"))
         try:
@@ -121,3 +123,21 @@ def team_server() -> Iterator[TeamServer]:
     finally:
         if directory is not None:
             postgres.stop(directory)
+
+
+def stopped(server: TeamServer) -> contextlib.AbstractContextManager[None]:
+    """The server stopped (pg_ctl stop -m fast: every connection cut) for the block, started again after it."""
+    directory = server.directory
+    if directory is None:
+        pytest.skip("the server was not started by the tests (CONTEXT_SIDECAR_TEST_PG_DIR unset): it cannot be stopped")
+
+    @contextlib.contextmanager
+    def outage() -> Iterator[None]:
+        done = postgres.pg_ctl(directory, "stop", "-m", "fast", "-w")
+        assert done.returncode == 0, done.stderr
+        try:
+            yield
+        finally:
+            postgres.restart(directory)
+
+    return outage()

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -27,8 +27,8 @@ CONNECT_SECONDS = 3
 """libpq's connect_timeout: how long a connection attempt may take (a server that does not answer at all)."""
 POOL_MAX = 4
 """Connections one host holds at most: the event loop's, the listener's, a compaction's lock, the spool's."""
-RETRY_SECONDS = 2.0
-"""After a failed connection, requests fail at once for this long instead of each waiting to connect."""
+RETRY_SECONDS = 1.0
+"""How often a host whose server went away tries it again (in a thread: requests never wait for it)."""
 APPLICATION = "context-sidecar"
 
 
@@ -126,8 +126,9 @@ def check_url_failure(url: str) -> None:
 class Pool:
     """The host's connections to one database: the event loop's own, held, and the others' from a pool.
 
-    After a connection fails, requests fail at once (``StorageUnavailable``) for ``RETRY_SECONDS`` rather than
-    each waiting ``CONNECT_SECONDS`` for a server that is gone: the agent is never kept waiting on it.
+    Once a connection fails, requests fail at once (``StorageUnavailable``) until a thread of the store finds the
+    server back (``mark_up``), rather than each waiting ``CONNECT_SECONDS`` for a server that is gone: the agent
+    is never kept waiting on it. ``on_down`` is called when that starts.
     """
 
     def __init__(self, url: str) -> None:
@@ -139,7 +140,7 @@ class Pool:
         self._lock = threading.RLock()
         self.down_since: float | None = None
         """When the server was found unreachable (monotonic), until a connection works again."""
-        self._retry_at = 0.0
+        self.on_down: Callable[[], None] = lambda: None
 
     def open(self) -> None:
         """Connect once, checking the URL, credentials and schema (each failure one line), then open the pool."""
@@ -165,28 +166,36 @@ class Pool:
         return self.down_since is None
 
     def mark_down(self) -> None:
-        """The server was found unreachable: fail fast for a while."""
+        """The server was found unreachable: fail fast until it is back."""
         with self._lock:
-            if self.down_since is None:
+            began = self.down_since is None
+            if began:
                 self.down_since = time.monotonic()
-            self._retry_at = time.monotonic() + RETRY_SECONDS
+                log.warning("the team database %s cannot be reached; ingests are kept here until it is back",
+                            shown(self.url))
             held, self._held = self._held, None
         if held is not None:
             with contextlib.suppress(Exception):
                 self._pool.putconn(held)  # a broken connection is discarded by the pool
+        if began:
+            self.on_down()
 
     def mark_up(self) -> None:
-        """A connection worked again."""
+        """The server answers again."""
         with self._lock:
+            if self.down_since is not None:
+                log.warning("the team database %s is back after %.0f s", shown(self.url),
+                            time.monotonic() - self.down_since)
             self.down_since = None
-            self._retry_at = 0.0
+        with contextlib.suppress(Exception):
+            self._pool.check()  # drop the pool's connections to the server that went away
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """The event loop's connection; psycopg's errors as StorageFailure / StorageUnavailable."""
         with self._lock:
             if self._held is None:
-                if self.down_since is not None and time.monotonic() < self._retry_at:
+                if self.down_since is not None:
                     raise StorageUnavailable(f"the team database {shown(self.url)} cannot be reached (since "
                                              f"{time.monotonic() - self.down_since:.0f} s)")
                 try:
@@ -201,9 +210,20 @@ class Pool:
             if held.broken or held.closed or isinstance(error, psycopg.OperationalError):
                 self.mark_down()
             raise failure(error, self.url) from error
-        else:
-            if self.down_since is not None:
-                self.mark_up()
+
+    def take(self) -> psycopg.Connection:
+        """A connection of the pool, held until ``give``; StorageFailure / StorageUnavailable when none can be had."""
+        if self.down_since is not None:
+            raise StorageUnavailable(f"the team database {shown(self.url)} cannot be reached")
+        try:
+            return self._pool.getconn(timeout=CONNECT_SECONDS)
+        except (PoolTimeout, psycopg.OperationalError) as error:
+            raise connect_failure(error, self.url) from None
+
+    def give(self, conn: psycopg.Connection) -> None:
+        """Return a connection ``take`` gave (a broken one is replaced by the pool)."""
+        with contextlib.suppress(Exception):
+            self._pool.putconn(conn)
 
     @contextlib.contextmanager
     def borrowed(self) -> Iterator[psycopg.Connection]:

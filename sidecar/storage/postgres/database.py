@@ -12,25 +12,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg import errors as pg_errors
 
 from sidecar.config.database import shown
-from sidecar.rows import Anchors, ItemRow, SearchHit, SessionRow, StorageFailure, StoredMessage
+from sidecar.rows import Anchors, ItemRow, SearchHit, SessionRow, StorageFailure, StorageUnavailable, StoredMessage
 from sidecar.storage.context_reads import ContextReads
 from sidecar.storage.live import SESSION_COLUMNS, session_from_row, with_live
-from sidecar.storage.postgres.connection import Pool
+from sidecar.storage.postgres.connection import RETRY_SECONDS, Pool, connection_options
 from sidecar.storage.postgres.lineage import PgLineage
 from sidecar.storage.postgres.listener import Listener
+from sidecar.storage.postgres.locks import AdvisoryLock
 from sidecar.storage.postgres.migrations import MIGRATIONS
+from sidecar.storage.postgres.positions import Positions
 from sidecar.storage.postgres.session_sql import SESSION_SQL
 from sidecar.storage.postgres.sessions_copy import PgCopies
+from sidecar.storage.postgres.spool import IngestRecord, Spool, spool_path
 from sidecar.storage.postgres.writes import PgWrites
 from sidecar.storage.tail import TailCache
 
@@ -63,6 +68,16 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
         self._tails = TailCache()
         self._anchors: dict[str, tuple[int, Anchors]] = {}
         self.role = ""
+        self._known: dict[str, SessionRow] = {}
+        """The last row read of each session: what an ingest answers from while the server is away."""
+        self._known_last: dict[str, str] = {}
+        """The newest message id of each session, as last known."""
+        self._positions = Positions(lambda: int(self._scalar("SELECT nextval('positions')")))
+        self._spool = Spool(spool_path(url))
+        self._stopping = threading.Event()
+        pool.on_down = self._start_drain
+        if self._spool:  # a host stopped before the server came back left these
+            self._start_drain()
 
     @classmethod
     def open(cls, url: str) -> PgStorage:
@@ -81,6 +96,10 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
     def known_migrations() -> list[str]:
         return [name for name, _ in MIGRATIONS]
 
+    def session_lock(self, session_id: str) -> AdvisoryLock:
+        """The advisory lock a compaction of the session holds, across every host of the database."""
+        return AdvisoryLock(self._pool, session_id)
+
     def listen(self, on_change: Callable[[str | None], None]) -> None:
         """Hear the other hosts' writes (LISTEN/NOTIFY), on a thread and a connection of its own."""
         if self._listener is None:
@@ -88,10 +107,49 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
             self._listener.start()
 
     def close(self) -> None:
-        """Close every connection."""
+        """Close every connection (spooled ingests stay in their file for the next host)."""
+        self._stopping.set()
         if self._listener is not None:
             self._listener.stop()
         self._pool.close()
+
+    # The server away
+
+    def _spool_ingest(self, record: IngestRecord) -> None:
+        self._spool.add(record)
+        self._start_drain()
+
+    def _start_drain(self) -> None:
+        """Send the spooled ingests (and find the server back) on a thread, unless one does already."""
+        def connected() -> psycopg.Connection:
+            return psycopg.connect(self.url, autocommit=True, **connection_options(self.url))
+
+        def write(db: psycopg.Connection, records: list[IngestRecord]) -> None:
+            with db.transaction():
+                for record in records:
+                    self._write_ingest(db, record)
+
+        self._spool.drain(connected, write, self._pool.mark_up, self._stopping, RETRY_SECONDS)
+
+    def _offline_session(self, session_id: str, cause: StorageUnavailable) -> SessionRow | None:
+        """The session as last read, with the ingests that wait for the server; re-raises ``cause`` if unknown."""
+        pending = [record for record in self._spool.pending if record.session_id == session_id]
+        base = self._known.get(session_id)
+        if base is None and not pending:
+            raise cause
+        if base is None:
+            first, info = pending[0], pending[0].info
+            base = SessionRow(session_id, info.get("title"), info.get("model"), info.get("context_window"),
+                              info.get("metadata"), first.created_at, first.created_at, 0, 0, 0, 0, None, None, 0,
+                              1.0, None, None, prunable_rule=first.prune_rule, workspace=info.get("workspace"),
+                              project=info.get("project"))
+        messages = [message for record in pending for message in record.messages]
+        if not messages:
+            return base
+        prunable = [message.tokens for message in messages if message.prunable]
+        found = with_live(base, len(messages), sum(m.tokens for m in messages), len(prunable), sum(prunable),
+                          min(m.seq for m in messages), max(m.seq for m in messages), pending[-1].created_at)
+        return attrs.evolve(found, live_count=base.live_count + len(messages))
 
     def checkpoint(self) -> None:
         """Nothing to settle: the server has every write once it is acknowledged."""
@@ -127,9 +185,19 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
     # Sessions
 
     def session(self, session_id: str) -> SessionRow | None:
-        """The session as stored now, with its live messages; None when there is none this role may read."""
-        rows = self._rows(f"{SESSION_SQL} WHERE s.session_id = %s", [session_id])
-        return self._session(rows[0]) if rows else None
+        """The session as stored now, with its live messages; None when there is none this role may read.
+
+        With the server away: as last read, plus what waits in the spool (what an ingest's answer needs).
+        """
+        try:
+            rows = self._rows(f"{SESSION_SQL} WHERE s.session_id = %s", [session_id])
+        except StorageUnavailable as error:
+            return self._offline_session(session_id, error)
+        if not rows:
+            self._known.pop(session_id, None)
+            return None
+        found = self._known[session_id] = self._session(rows[0])
+        return found
 
     def _session(self, row: Sequence[Any]) -> SessionRow:
         width = len(SESSION_COLUMNS.split(", "))

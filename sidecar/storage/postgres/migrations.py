@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import psycopg
 
+from sidecar.storage.postgres.positions import BLOCK
+
 Migration = Callable[[psycopg.Connection], None]
 
 OWNER = "owner name NOT NULL DEFAULT current_user"
@@ -50,8 +52,8 @@ def m001_initial(db: psycopg.Connection) -> None:
             reported_tokens bigint,
             reported_revision bigint
         )""")
-    # Positions are global and only grow, as DuckDB's: one sequence every host of the team draws from.
-    db.execute("CREATE SEQUENCE positions")
+    # Positions are global and only grow, as DuckDB's: one sequence every host draws blocks from (positions.py).
+    db.execute(f"CREATE SEQUENCE positions INCREMENT BY {BLOCK}")
     db.execute(f"""
         CREATE TABLE messages (
             session_id text NOT NULL,

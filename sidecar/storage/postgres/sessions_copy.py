@@ -12,6 +12,7 @@ import psycopg
 from sidecar.rows import SessionDump
 from sidecar.storage.copying import COPIED_TABLES, position_map, renumber
 from sidecar.storage.postgres.lineage import shared_summary
+from sidecar.storage.postgres.positions import Positions
 from sidecar.storage.postgres.writes import shared_message
 from sidecar.storage.secrets import redact
 
@@ -21,6 +22,7 @@ class PgCopies:
 
     _transaction: Callable[[], AbstractContextManager[psycopg.Connection]]
     _notify: Callable[[psycopg.Connection, str], None]
+    _positions: Positions
 
     def dump_session(self, session_id: str) -> SessionDump | None:
         """Every row of one of this role's sessions, verbatim (the owner's text where a secret was replaced)."""
@@ -53,13 +55,10 @@ class PgCopies:
             if db.execute("SELECT 1 FROM sessions WHERE session_id = %s", [dump.session_id]).fetchall():
                 return False
             wanted = position_map(dump)
-            fresh = [row[0] for row in db.execute("SELECT nextval('positions') FROM generate_series(1, %s)",
-                                                  [len(wanted)]).fetchall()]
-            tables = renumber(dump, dict(zip(wanted, sorted(fresh), strict=True)))
+            tables = renumber(dump, dict(zip(wanted, self._positions.take(len(wanted)), strict=True)))
             private: list[tuple[str, str, str]] = []
             for row in tables["messages"]:
-                shared = _message_of(row)
-                raw, text, verbatim = shared_message(shared)
+                raw, text, verbatim = shared_message(row["raw"], row["text"])
                 row["raw"], row["text"] = raw, text
                 if verbatim is not None:
                     private.append(("message", row["id"], json.dumps(verbatim, ensure_ascii=False)))
@@ -92,14 +91,6 @@ class PgCopies:
                                         "VALUES (%s, %s, %s, %s)", [(dump.session_id, *row) for row in private])
             self._notify(db, dump.session_id)
         return True
-
-
-def _message_of(row: dict[str, Any]) -> Any:
-    from sidecar.engine.messages import MessageRow
-
-    return MessageRow(id=row["id"], role=row["role"], raw=row["raw"], text=row["text"], tool_name=row["tool_name"],
-                      tool_call_id=row["tool_call_id"], tool_call_ids=row["tool_call_ids"], tokens=row["tokens"],
-                      message_at=row["message_at"])
 
 
 def _summary_of(row: dict[str, Any]) -> Any:

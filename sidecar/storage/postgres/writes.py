@@ -15,7 +15,10 @@ from typing import Any
 import psycopg
 
 from sidecar.engine.messages import MessageRow
-from sidecar.rows import Anchors, SessionRow, StorageFailure, prune_rule_parts, utcnow
+from sidecar.rows import Anchors, SessionRow, StorageFailure, StorageUnavailable, prune_rule_parts, utcnow
+from sidecar.storage.postgres.connection import Pool
+from sidecar.storage.postgres.positions import Positions
+from sidecar.storage.postgres.spool import IngestRecord, Spool, SpooledMessage
 from sidecar.storage.secrets import redact, redact_json
 from sidecar.storage.tail import TailCache
 
@@ -30,12 +33,12 @@ def prunable_bound(prune_rule: str) -> tuple[str, list[Any]]:
     return PRUNABLE_BOUND, [placeholder, protected]
 
 
-def shared_message(row: MessageRow) -> tuple[str, str, dict[str, str] | None]:
+def shared_message(raw: str, text: str) -> tuple[str, str, dict[str, str] | None]:
     """(raw, text) a teammate may read, and the owner's verbatim values when they differ."""
-    raw, text = redact_json(row.raw), redact(row.text)
-    if raw is row.raw and text is row.text:
+    shared_raw, shared_text = redact_json(raw), redact(text)
+    if shared_raw is raw and shared_text is text:
         return raw, text, None
-    return raw, text, {"raw": row.raw, "text": row.text}
+    return shared_raw, shared_text, {"raw": raw, "text": text}
 
 
 class PgWrites:
@@ -47,57 +50,86 @@ class PgWrites:
     _rows: Callable[..., list[tuple[Any, ...]]]
     _transaction: Callable[[], AbstractContextManager[psycopg.Connection]]
     _notify: Callable[[psycopg.Connection, str], None]
+    _positions: Positions
+    _spool: Spool
+    _spool_ingest: Callable[[IngestRecord], None]
+    _known_last: dict[str, str]
+    _pool: Pool
 
     def ingest(self, session_id: str, rows: Sequence[MessageRow], info: dict[str, Any],
                prunable: Sequence[bool], prune_rule: str,
                originals: Sequence[Sequence[str] | None] | None = None) -> tuple[list[str], int]:
-        """Store new messages at the end of the session's context, atomically; returns (ids, duplicates)."""
+        """Store new messages at the end of the session's context, atomically; returns (ids, duplicates).
+
+        With the server away (or ingests still waiting for it), the ingest joins the spool and answers success.
+        """
         now = utcnow()
         ids: list[str] = []
-        fresh: list[tuple[str, MessageRow]] = []
+        fresh: list[tuple[str, MessageRow, bool]] = []
         seen: set[str] = set()
-        for row in rows:
+        for row, can_prune in zip(rows, prunable, strict=True):
             msg_id = row.id or f"msg_{uuid.uuid4().hex}"
             ids.append(msg_id)
             if msg_id not in seen:
                 seen.add(msg_id)
-                fresh.append((msg_id, row))
-        sources = {msg_id: lines for msg_id, lines in zip(ids, originals, strict=True)
+                fresh.append((msg_id, row, can_prune))
+        sources = {msg_id: list(lines) for msg_id, lines in zip(ids, originals, strict=True)
                    if lines is not None} if originals else {}
-        session = self.session(session_id)
+        session = self.session(session_id)  # the last one read, with what waits in the spool, when away
         info = {key: value for key, value in info.items()
                 if value is not None and (session is None or getattr(session, key) != value)}
-        shared = [shared_message(row) for _, row in fresh]
-        with self._transaction() as db:
-            if session is None or info:
-                self._upsert_session(db, session_id, info, prune_rule, now)
-            stored: set[str] = set()
-            if fresh:
-                with db.cursor() as cursor:
-                    # nextval per row, in order: a session's messages take increasing positions.
-                    cursor.executemany(
-                        "INSERT INTO messages (session_id, id, seq, role, raw, text, tool_name, tool_call_id, "
-                        "tool_call_ids, tokens, created_at, message_at, pinned) VALUES (%s, %s, nextval('positions'), "
-                        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
-                        [(session_id, msg_id, row.role, raw, text, row.tool_name, row.tool_call_id, row.tool_call_ids,
-                          row.tokens, now, row.message_at or now, row.pinned)
-                         for (msg_id, row), (raw, text, _) in zip(fresh, shared, strict=True)],
-                        returning=True)
-                    stored.update(msg_id for (msg_id,) in _results(cursor))
-                private = [(session_id, "message", msg_id, json.dumps(verbatim, ensure_ascii=False))
-                           for (msg_id, _), (_, _, verbatim) in zip(fresh, shared, strict=True)
-                           if verbatim is not None and msg_id in stored]
-                if private:
-                    db.cursor().executemany("INSERT INTO private_values (session_id, kind, ref_id, value) "
-                                            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", private)
-            lines = {msg_id: sources[msg_id] for msg_id, _ in fresh if msg_id in stored and msg_id in sources}
-            if lines:
-                self._write_sources(db, session_id, lines, replace=False)
-            if session is not None and session.prunable_rule != prune_rule:
-                self._recount(db, session_id, prune_rule)
-            if stored or session is None or info:
-                self._notify(db, session_id)
-        return ids, len(rows) - len(stored)
+        seqs = self._positions.take(len(fresh))
+        record = IngestRecord(
+            session_id, [SpooledMessage(msg_id, seq, row.role, row.raw, row.text, row.tool_name, row.tool_call_id,
+                                        row.tool_call_ids, row.tokens, row.message_at or now, row.pinned, can_prune)
+                         for seq, (msg_id, row, can_prune) in zip(seqs, fresh, strict=True)],
+            info, prune_rule, sources, session is None or bool(info),
+            session is not None and session.prunable_rule != prune_rule, now)
+        if not self._spool:
+            try:
+                with self._transaction() as db:
+                    stored = self._write_ingest(db, record)
+                newest = [m.id for m in record.messages if m.id in stored]
+                if newest:
+                    self._known_last[session_id] = newest[-1]
+                return ids, len(rows) - len(stored)
+            except StorageUnavailable:
+                pass  # perhaps committed, perhaps not: the spool's write of the same ids stores nothing twice
+        self._spool_ingest(record)
+        return ids, len(rows) - len(fresh)
+
+    def _write_ingest(self, db: psycopg.Connection, record: IngestRecord) -> set[str]:
+        """An ingest's statements, in the caller's transaction; returns the ids stored (not already there)."""
+        session_id, now = record.session_id, record.created_at
+        if record.upsert:
+            self._upsert_session(db, session_id, record.info, record.prune_rule, now)
+        stored: set[str] = set()
+        if record.messages:
+            shared = [shared_message(m.raw, m.text) for m in record.messages]
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO messages (session_id, id, seq, role, raw, text, tool_name, tool_call_id, "
+                    "tool_call_ids, tokens, created_at, message_at, pinned) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+                    "%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+                    [(session_id, m.id, m.seq, m.role, raw, text, m.tool_name, m.tool_call_id, m.tool_call_ids,
+                      m.tokens, now, m.message_at, m.pinned)
+                     for m, (raw, text, _) in zip(record.messages, shared, strict=True)],
+                    returning=True)
+                stored.update(msg_id for (msg_id,) in _results(cursor))
+            private = [(session_id, "message", m.id, json.dumps(verbatim, ensure_ascii=False))
+                       for m, (_, _, verbatim) in zip(record.messages, shared, strict=True)
+                       if verbatim is not None and m.id in stored]
+            if private:
+                db.cursor().executemany("INSERT INTO private_values (session_id, kind, ref_id, value) "
+                                        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", private)
+        lines = {msg_id: lines for msg_id, lines in record.sources.items() if msg_id in stored}
+        if lines:
+            self._write_sources(db, session_id, lines, replace=False)
+        if record.recount:
+            self._recount(db, session_id, record.prune_rule)
+        if stored or record.upsert:
+            self._notify(db, session_id)
+        return stored
 
     @staticmethod
     def _upsert_session(db: psycopg.Connection, session_id: str, info: dict[str, Any], prune_rule: str,
@@ -126,9 +158,21 @@ class PgWrites:
                                  "use another session id") from error
 
     def last_message_id(self, session_id: str) -> str | None:
-        """The id of the session's newest message (the highest seq); None when it has none."""
-        rows = self._rows("SELECT id FROM messages WHERE session_id = %s ORDER BY seq DESC LIMIT 1", [session_id])
-        return str(rows[0][0]) if rows else None
+        """The id of the session's newest message (the highest seq); None when it has none; while the server is
+        away, the newest spooled or last known."""
+        try:
+            rows = self._rows("SELECT id FROM messages WHERE session_id = %s ORDER BY seq DESC LIMIT 1", [session_id])
+        except StorageUnavailable:
+            spooled = [m.id for r in self._spool.pending if r.session_id == session_id for m in r.messages]
+            if spooled:
+                return spooled[-1]
+            if session_id in self._known_last:
+                return self._known_last[session_id]
+            raise
+        found = str(rows[0][0]) if rows else None
+        if found is not None:
+            self._known_last[session_id] = found
+        return found
 
     @staticmethod
     def _recount(db: psycopg.Connection, session_id: str, prune_rule: str) -> None:
@@ -169,8 +213,8 @@ class PgWrites:
 
     def tool_names(self, session_id: str, call_ids: Sequence[str], near_position: int | None) -> dict[str, str]:
         """Tool names of recent assistant tool calls by call id."""
-        if not call_ids or near_position is None:
-            return {}
+        if not call_ids or near_position is None or self._pool.down_since is not None:
+            return {}  # with the server away: unnamed (a name only decides whether a result may be pruned)
         # The names are in the shared raw too: a marker never replaces a tool call's id or name.
         rows = self._rows("SELECT raw FROM messages WHERE session_id = %s AND seq > %s AND role = 'assistant' "
                           "AND tool_call_ids && %s::text[]", [session_id, near_position - 5000, list(call_ids)])
@@ -231,7 +275,7 @@ class PgWrites:
         with self._transaction() as db:
             for old_id, row in replacements:
                 new_id = row.id or old_id
-                raw, text, verbatim = shared_message(row)
+                raw, text, verbatim = shared_message(row.raw, row.text)
                 updated = db.execute(
                     "UPDATE messages SET id = %s, role = %s, raw = %s, text = %s, tool_name = %s, tool_call_id = %s, "
                     "tool_call_ids = %s, tokens = %s WHERE session_id = %s AND id = %s RETURNING seq",
