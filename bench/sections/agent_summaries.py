@@ -11,6 +11,7 @@ the section records nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -39,9 +40,9 @@ RULES = ("Never commit anything under vendor/ in this repository.",
          "Always run pytest -q before you report a change as done.",
          "Do not add runtime dependencies without asking first.",
          "You must keep the public API of the limiter package unchanged.")
-TURNS = 16
+TURNS = 20
 SETTINGS = {"contextWindow": 32_000, "llm": {"timeoutSeconds": 900, "maxConcurrency": 1, "contextWindow": 2048},
-            "compaction": {"maxTokens": 4_000, "freshTail": 4, "keepRecentTokens": 800, "summarizeAhead": 0.7}}
+            "compaction": {"maxTokens": 2_500, "freshTail": 4, "keepRecentTokens": 600, "summarizeAhead": 0.7}}
 """A threshold reached a few times in the session; each summary call is planned to fit 2,048 tokens, so that a
 small model on a CPU answers it in minutes."""
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
@@ -74,8 +75,8 @@ class Upstream:
             return self.summarize(body)
         last = body["messages"][-1]
         if last["role"] == "user":
-            turn = int(re.search(r"Turn (\d+)", str(last["content"])).group(1)) if "Turn " in str(last["content"]) \
-                else 0
+            found = re.search(r"Turn (\d+)", str(last["content"]))
+            turn = int(found.group(1)) if found else 0
             return Reply(tool_calls=(ToolCall("edit", {"path": path_of(turn), "change": f"case {turn}"}),))
         return Reply(text="Done: the change is in place and the tests pass.")
 
@@ -112,7 +113,11 @@ async def session(bench: Bench, upstream: Upstream, summarizer: str) -> dict[str
             history: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful coding agent."}]
             headers = {"authorization": "Bearer bench-agent-key", "x-context-sidecar-session": f"bench-{summarizer}"}
             async with httpx2.AsyncClient(timeout=900) as http:
-                for turn in range(TURNS):
+                for turn in range(TURNS + 1):
+                    if turn == TURNS:
+                        # The last turn once the compactions begun meanwhile have landed (a small model on a CPU
+                        # may take minutes per summary call): its prompt is what the session kept.
+                        await settled(http, url, f"bench-{summarizer}", upstream)
                     history.append({"role": "user", "content": user_text(turn)})
                     for _ in range(2):
                         started = time.monotonic()
@@ -135,6 +140,20 @@ async def session(bench: Bench, upstream: Upstream, summarizer: str) -> dict[str
                  and str(m["content"]).startswith("<summary")]
     return {"prompt": prompt, "latencies": latencies, "stats": entry, "log": log.read_text(encoding="utf-8"),
             "summaries": summaries}
+
+
+async def settled(http: httpx2.AsyncClient, url: str, session: str, upstream: Upstream) -> None:
+    """Wait (up to the summary calls' deadline) until no summary call is in flight and a compaction landed."""
+    deadline = time.monotonic() + float(SETTINGS["llm"]["timeoutSeconds"])  # type: ignore[index]
+    while time.monotonic() < deadline:
+        entry = next((s for s in (await http.get(f"{url}/stats")).json()["sessions"] if s["sessionId"] == session),
+                     None)
+        calls = entry["summaries"]["calls"] if entry else 0
+        if entry and entry["compactions"] and len(upstream.calls) + entry["summaries"]["failed"] >= calls:
+            return
+        if entry and not calls and entry["compactions"]:
+            return
+        await asyncio.sleep(1)
 
 
 def kept(run: dict[str, Any]) -> dict[str, float]:
