@@ -25,6 +25,7 @@ def add_command(commands: Any) -> None:
 def run_status(port: int, as_json: bool) -> int:
     """Print the figures; 1 when no proxy answers."""
     from sidecar.cli.wrap_command import running_proxy
+    from sidecar.proxy.stats import summaries_line
 
     stats = running_proxy(port)
     if stats is None:
@@ -59,27 +60,6 @@ def run_status(port: int, as_json: bool) -> int:
           "    each message goes as first stored (an agent may resend it in another form: a few tokens either way)\n"
           "  cache hits: the provider's cache reads / prompt tokens")
     return 0
-
-
-WRITERS = {"client": "the agent's model", "openai": "the llm setting's model", "deterministic": "deterministic"}
-
-
-def summaries_line(entry: dict[str, Any]) -> str:
-    """Who wrote a session's summaries and what its summary calls cost; "" before any."""
-    summaries = entry.get("summaries") or {}
-    written = summaries.get("writtenBy") or {}
-    calls = summaries.get("calls") or 0
-    if not written and not calls:
-        return ""
-    model = summaries.get("model")
-    names = [f"{WRITERS.get(name, name)}{f' ({model})' if name == 'client' and model else ''} {count:,}"
-             for name, count in sorted(written.items())]
-    text = f"summaries by {', '.join(names) or 'none yet'}"
-    if calls:
-        text += (f"; summary calls {calls:,} ({summaries.get('failed', 0):,} failed): "
-                 f"{summaries.get('inputTokens', 0):,} tokens in, {summaries.get('outputTokens', 0):,} out, "
-                 f"{summaries.get('cacheReadTokens', 0):,} cache reads")
-    return text
 
 
 def _short(text: str, width: int = 40) -> str:

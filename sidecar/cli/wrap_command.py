@@ -219,7 +219,7 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
 
 def report_summaries(stats: dict[str, Any]) -> None:
     """One line on stderr per session of the run that compacted: who wrote its summaries, what the calls cost."""
-    from sidecar.cli.status_command import summaries_line
+    from sidecar.proxy.stats import summaries_line
 
     for entry in stats.get("sessions") or ():
         line = summaries_line(entry)

@@ -226,3 +226,24 @@ class Stats:
 
 def _iso(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+WRITERS = {"client": "the agent's model", "openai": "the llm setting's model", "deterministic": "deterministic"}
+
+
+def summaries_line(entry: dict[str, Any]) -> str:
+    """Who wrote a session's summaries and what its summary calls cost; "" before any."""
+    summaries = entry.get("summaries") or {}
+    written = summaries.get("writtenBy") or {}
+    calls = summaries.get("calls") or 0
+    if not written and not calls:
+        return ""
+    model = summaries.get("model")
+    names = [f"{WRITERS.get(name, name)}{f' ({model})' if name == 'client' and model else ''} {count:,}"
+             for name, count in sorted(written.items())]
+    text = f"summaries by {', '.join(names) or 'none yet'}"
+    if calls:
+        text += (f"; summary calls {calls:,} ({summaries.get('failed', 0):,} failed): "
+                 f"{summaries.get('inputTokens', 0):,} tokens in, {summaries.get('outputTokens', 0):,} out, "
+                 f"{summaries.get('cacheReadTokens', 0):,} cache reads")
+    return text
