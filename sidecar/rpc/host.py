@@ -305,10 +305,12 @@ class Host:
             peer, rest = await self._handshake(sock)
             if peer is None:
                 return
+            # Answered before the server is built: the first one waits for the handlers' import (pygls), which
+            # took over the relay's HANDSHAKE_WAIT on a loaded machine, and the relay judged this no host.
+            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             handler = ConnectionLog.handler(number, peer)
             server = self._server(peer)
             self.servers.add(server)
-            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             log.info("connection %d: relay pid %s in %s", number, peer.get("pid"), peer.get("cwd"))
             reader = FrameReader()
             reader.feed(rest)
