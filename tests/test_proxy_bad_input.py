@@ -18,7 +18,7 @@ import pytest
 from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import reader, running_proxy
+from tests.helpers.proxy import WAIT, reader, running_proxy
 
 
 def user(text: str) -> dict[str, str]:
@@ -53,8 +53,8 @@ async def test_a_client_that_leaves_mid_stream_leaves_no_answer_stored(tmp_path:
         async with running_proxy(tmp_path, fake.url) as proxy:
             body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [user("first")]}
             headers = {"x-context-sidecar-session": "left"}
-            async with httpx2.AsyncClient() as http, http.stream("POST", f"{proxy.url}/v1/messages", json=body,
-                                                                  headers=headers) as response:
+            async with httpx2.AsyncClient(timeout=WAIT) as http, http.stream(
+                    "POST", f"{proxy.url}/v1/messages", json=body, headers=headers) as response:
                 async for chunk in response.aiter_raw():
                     if b"<<partial>>" in chunk:
                         break  # leaves with the answer half read
@@ -145,7 +145,7 @@ async def test_a_lone_surrogate_in_a_message_is_forwarded_and_its_conversation_g
             url, headers = f"{proxy.url}/v1/messages", {"x-context-sidecar-session": "cut"}
             # A truncated tool output: the JSON escape of half an emoji, valid JSON, not encodable as UTF-8.
             history = b'{"role": "user", "content": "<<cut>> \\ud83d"}'
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 first = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
                                         b'"messages": [' + history + b"]}")
                 second = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
@@ -187,7 +187,7 @@ async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         async with running_proxy(tmp_path, f"http://127.0.0.1:{server.server_address[1]}") as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 response = await http.post(f"{proxy.url}/v1/messages", json={
                     "model": "m", "max_tokens": 5, "stream": True, "messages": [user("hi")]},
                     headers={"x-context-sidecar-session": "odd"})

@@ -16,6 +16,8 @@ import attrs
 from sidecar.client import SidecarClient
 from sidecar.testing.proxy_process import proxy_process
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
 MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
 
 
