@@ -18,7 +18,7 @@ import pytest
 from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import WAIT, reader, running_proxy
+from tests.helpers.proxy import WAIT, children, reader, running_proxy
 
 
 def user(text: str) -> dict[str, str]:
@@ -217,10 +217,6 @@ async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tm
     assert reply.content[0].text == "answered"  # type: ignore[union-attr]
     assert fake.model_requests[0].body["messages"] == history  # as the agent sent it
     assert "forwarded as the agent sent it: the sidecar took over 1s" in log
-
-
-def children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a process's children from /proc")

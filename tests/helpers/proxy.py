@@ -53,6 +53,11 @@ async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] 
         yield RunningProxy(url, db, log, process)
 
 
+def children(pid: int) -> list[int]:
+    """A process's children (the proxy's: the sidecar process it started), from /proc."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 @contextlib.asynccontextmanager
 async def reader(db: Path) -> AsyncIterator[SidecarClient]:
     """A client on the proxy's database (through its shared host), to see what was stored."""
