@@ -8,6 +8,7 @@ import sys
 
 import psycopg
 import pytest
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
 from protocol import errors
@@ -142,3 +143,87 @@ async def test_members_read_their_own_and_granted_projects_only(team_server: Tea
     bob = team_server.url(BOB, team_database)
     with psycopg.connect(bob) as db, pytest.raises(psycopg.errors.InsufficientPrivilege):
         db.execute("SELECT count(*) FROM sessions")
+
+
+def test_db_copy_moves_a_file_into_the_team_database_and_back_once(team_server: TeamServer, team_database: str,
+                                                                   tmp_path) -> None:
+    import asyncio
+
+    from protocol.types import IngestParams
+    from sidecar.cli.synthetic import coding_session
+    from sidecar.config.settings import read_settings
+    from sidecar.services.compaction.engine import Compaction
+    from sidecar.services.memory import ingest as ingest_messages
+    from sidecar.services.state import Sidecar
+    from sidecar.summarizers.deterministic import DeterministicSummarizer
+
+    local = str(tmp_path / "mine.duckdb")
+    settings, _ = read_settings({"compaction": {"auto": False}})
+    mine = Sidecar(settings=settings, storage_path=local)
+    ingest_messages(mine, IngestParams(session_id="mine", messages=coding_session(120)))
+    asyncio.run(Compaction(mine, "mine", "incremental", None, DeterministicSummarizer()).run())
+    before = mine.store().dump_session("mine")
+    mine.close()
+    url = team_server.url(ALICE, team_database)
+    first = cli("db", "copy", "--from", local, "--to", url)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("copied 1 sessions (120 messages)")
+    again = cli("db", "copy", "--from", local, "--to", url)
+    assert again.stdout.startswith("copied 0 sessions (0 messages)") and "1 already in" in again.stdout
+    with psycopg.connect(url) as db:
+        owners = db.execute("SELECT DISTINCT owner FROM messages WHERE session_id = 'mine'").fetchall()
+        assert owners == [(ALICE,)]
+        ids = [row[0] for row in db.execute("SELECT id FROM messages WHERE session_id = 'mine' ORDER BY seq")]
+    assert ids == [row["id"] for row in sorted(before.tables["messages"], key=lambda row: row["seq"])]
+    back = str(tmp_path / "back.duckdb")
+    assert cli("db", "copy", "--from", url, "--to", back).returncode == 0
+    team = Sidecar(settings=settings, storage_path=url)
+    home = Sidecar(settings=settings, storage_path=back)
+    for side in (team, home):
+        assembled = side.store().context(side.session("mine"))
+        assert [(i.kind, i.ref_id) for i in assembled] == [(i.kind, i.ref_id) for i in mine_context(local)]
+    team.close()
+    home.close()
+
+
+def mine_context(path: str) -> list:
+    from sidecar.services.state import Sidecar
+
+    sidecar = Sidecar(storage_path=path)
+    try:
+        return sidecar.store().context(sidecar.session("mine"))
+    finally:
+        sidecar.close()
+
+
+async def test_a_password_never_shows_in_logs_errors_or_initialize(team_server: TeamServer, team_database: str,
+                                                                   tmp_path) -> None:
+    secret = "right-password"
+    with team_server.admin(team_database) as db:  # type: ignore[attr-defined]
+        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, summaries, context_items, "
+                   f"summary_sources, message_sources, agent_compactions, private_values TO {postgres.PASSWORD_ROLE}")
+        db.execute(f"GRANT SELECT ON grants, schema_migrations TO {postgres.PASSWORD_ROLE}")
+        db.execute(f"GRANT USAGE ON SEQUENCE positions TO {postgres.PASSWORD_ROLE}")
+    url = team_server.url(postgres.PASSWORD_ROLE, team_database, password=secret)
+    log_file = tmp_path / "sidecar.log"
+    async with running_sidecar(initialize=False, env=CLEAN_ENV, args=["-vv", "--log-file", str(log_file)]) as client:
+        started = await client.initialize_session(lsp.InitializeParams(capabilities=lsp.ClientCapabilities(),
+                                                                       initialization_options=settings_for(url)))
+        storage = started.capabilities.experimental["contextSidecar"]["storage"]
+        assert secret not in storage and "***" in storage
+        stored = await ingest(client, "s", [{"role": "user", "content": "hello"}])
+        assert stored["usage"]["messages"] == 1
+        await client.shutdown_session()
+    assert secret not in log_file.read_text()
+    for args in (["--help"], ["db", "--help"], ["team", "grant", "--help"]):
+        assert secret not in cli(*args).stdout
+    wrong = cli("db", "copy", "--from", url.replace(secret, "x" + secret), "--to", str(tmp_path / "x.duckdb"))
+    assert secret not in wrong.stderr and "refused the password" in one_line_error(wrong)
+
+
+def test_setup_passes_a_team_url_on_as_it_is(tmp_path) -> None:
+    url = "postgresql://alice@db.example.com:5432/team"
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "CODEX_HOME": str(tmp_path / "codex")}
+    done = cli("setup", "codex", "--dry-run", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f'"{url}"' in done.stdout

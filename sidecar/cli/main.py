@@ -253,9 +253,12 @@ def price_table(text: str) -> Prices:
 
 
 def configure_logging(verbosity: int, log_file: str | None) -> None:
-    """Logs to stderr or a file, never stdout."""
+    """Logs to stderr or a file, never stdout; no database password in them."""
+    from sidecar.config.database import PasswordMask
+
     level = logging.WARNING - 10 * min(verbosity, 2)
     handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.addFilter(PasswordMask())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     # pygls logs whole message bodies at INFO; session content stays out of logs below -vv.

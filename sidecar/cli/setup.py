@@ -24,6 +24,7 @@ from sidecar.agents.jsonedit import JsonEditError, loads, new_document
 from sidecar.agents.tomledit import TomlEditError
 from sidecar.cli import setup_record
 from sidecar.cli.setup_record import Made
+from sidecar.config.database import is_url
 
 AGENTS = ("claude-code", "codex")
 Edit = Callable[[str, str], tuple[str, list[str]]]
@@ -204,7 +205,8 @@ def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: 
             print(f"{title}: {error}; taken as empty"
                   + (": the keys and files setup created stay" if remove else ""), file=sys.stderr)
             record = {}
-        changes = plan(agent, env, scope, remove, command, os.path.abspath(db) if db else None, record, allow)
+        target = (db if is_url(db) else os.path.abspath(db)) if db else None  # a team URL goes on as it is
+        changes = plan(agent, env, scope, remove, command, target, record, allow)
     except SetupError as error:
         print(f"{title}: {error}; nothing was changed", file=sys.stderr)
         return 1

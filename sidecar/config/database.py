@@ -6,6 +6,7 @@ given, in ``PGPASSWORD`` or in ``~/.pgpass``, where libpq reads it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -97,3 +98,23 @@ def key(target: str) -> str:
 def from_environment() -> str | None:
     """The database ``CONTEXT_SIDECAR_DB`` names, if set and not empty."""
     return os.environ.get(ENV_VARIABLE) or None
+
+
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s'\"]+:)[^@\s'\"]+@", re.IGNORECASE)
+
+
+def mask_passwords(text: str) -> str:
+    """``text`` with the password of every PostgreSQL URL in it masked."""
+    return _URL_PASSWORD.sub(r"\1***@", text) if "://" in text else text
+
+
+class PasswordMask(logging.Filter):
+    """A log handler's filter: the password of any PostgreSQL URL in a record is masked (messages at -vv quote
+    whole requests, an initialize's settings among them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_passwords(message)
+        if masked is not message and masked != message:
+            record.msg, record.args = masked, None
+        return True

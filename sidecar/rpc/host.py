@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sidecar.config.database import PasswordMask
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, Settings, StorageSettings
 from sidecar.config.sockets import ShareError, check_owner, database_key, lock_path
 from sidecar.framing import FrameReader
@@ -136,6 +137,7 @@ class ConnectionLog(logging.Filter):
         handler.setLevel(logging.WARNING - 10 * max(0, min(verbose, 2)))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [host]: %(message)s"))
         handler.addFilter(ConnectionLog(number))
+        handler.addFilter(PasswordMask())
         root = logging.getLogger()
         if handler.level < root.getEffectiveLevel():
             for own in root.handlers:  # the host's own log keeps its level
@@ -303,10 +305,12 @@ class Host:
             peer, rest = await self._handshake(sock)
             if peer is None:
                 return
+            # Answered before the server is built: the first one waits for the handlers' import (pygls), which
+            # took over the relay's HANDSHAKE_WAIT on a loaded machine, and the relay judged this no host.
+            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             handler = ConnectionLog.handler(number, peer)
             server = self._server(peer)
             self.servers.add(server)
-            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             log.info("connection %d: relay pid %s in %s", number, peer.get("pid"), peer.get("cwd"))
             reader = FrameReader()
             reader.feed(rest)
