@@ -26,7 +26,7 @@ class RunningProxy:
     """A proxy process, its URL and database."""
 
     url: str
-    db: Path
+    db: str
     log: Path
     process: asyncio.subprocess.Process
 
@@ -37,10 +37,10 @@ class RunningProxy:
 @contextlib.asynccontextmanager
 async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] | None = None,
                         args: tuple[str, ...] = (), openai: str | None = None,
-                        env: dict[str, str] | None = None) -> AsyncIterator[RunningProxy]:
+                        env: dict[str, str] | None = None, db: str | None = None) -> AsyncIterator[RunningProxy]:
     """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin; ``openai``: the OpenAI one
-    elsewhere), stopped with SIGINT."""
-    db = tmp_path / "proxy.duckdb"
+    elsewhere), on ``db`` (default a fresh DuckDB file), stopped with SIGINT."""
+    db = db or str(tmp_path / "proxy.duckdb")
     log = tmp_path / "proxy.log"
     argv = ["--db", str(db), "--log-file", str(log), "-v", "--anthropic-upstream", upstream,
             "--openai-upstream", f"{openai or upstream}/v1", *args]
@@ -59,7 +59,7 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.asynccontextmanager
-async def reader(db: Path) -> AsyncIterator[SidecarClient]:
+async def reader(db: Path | str) -> AsyncIterator[SidecarClient]:
     """A client on the proxy's database (through its shared host), to see what was stored."""
     client = await SidecarClient.spawn(db=str(db))
     try:
