@@ -213,13 +213,16 @@ class SidecarClient:
             self._stop(msg_id, future, error)
             raise
 
-    async def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+    async def send(self, method: str, params: Any = None, drain: bool = True) -> asyncio.Future[Any]:
         """Send a request and return the future of its result without waiting for it.
 
         Requests reach the server in the order they are sent, and it handles ``memory/ingest`` and
         ``context/assemble`` in that order: a client may send an assemble right behind an ingest (one round trip).
+        ``drain=False`` does not wait for the server to read what is written (a later send that drains does).
         """
         msg_id, future = self._start(method, params)
+        if not drain:
+            return future
         try:
             await self._drain()
         except BaseException as error:
@@ -249,12 +252,13 @@ class SidecarClient:
             future.exception()  # retrieved: what is raised is the caller's error
         future.cancel()
 
-    async def notify(self, method: str, params: Any = None) -> None:
-        """Send a notification."""
+    async def notify(self, method: str, params: Any = None, drain: bool = True) -> None:
+        """Send a notification (``drain=False``: without waiting for the server to read it)."""
         if self._closed is not None:
             raise SidecarConnectionLost(self._closed.message)
         self._write({"jsonrpc": "2.0", "method": method, "params": params})
-        await self._drain()
+        if drain:
+            await self._drain()
 
     def _write(self, message: dict[str, Any]) -> None:
         if message.get("params", ...) is None:
@@ -410,11 +414,11 @@ class SidecarClient:
 
     async def report_usage(self, session_id: str, input_tokens: int, output_tokens: int,
                            cache_read_tokens: int | None = None,
-                           cache_write_tokens: int | None = None) -> None:
+                           cache_write_tokens: int | None = None, drain: bool = True) -> None:
         """context/reportUsage: what the provider counted for the last call (a notification)."""
         params = t.ReportUsageParams(session_id, input_tokens, output_tokens, cache_read_tokens,
                                      cache_write_tokens)
-        await self.notify(methods.CONTEXT_REPORT_USAGE, unstructure(params))
+        await self.notify(methods.CONTEXT_REPORT_USAGE, unstructure(params), drain=drain)
 
     async def change_settings(self, settings: dict[str, Any] | None, push: bool = True) -> None:
         """Replace the settings; ``push`` sends them, otherwise the server is told to pull them."""

@@ -16,7 +16,7 @@ from sidecar.client import SidecarClient
 from sidecar.proxy.stats import prompt_tokens
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import agent_requests, markers, messages_of, reader, running_proxy, unpaired_tool_calls
+from tests.helpers.proxy import WAIT, agent_requests, markers, messages_of, reader, running_proxy, unpaired_tool_calls
 
 WINDOW = 8000
 SETTINGS = {"contextWindow": WINDOW,
@@ -81,7 +81,7 @@ async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_onc
         async with running_proxy(tmp_path, fake.url, SETTINGS) as proxy:
             client = anthropic.AsyncAnthropic(api_key="sk-test-key", base_url=proxy.url, max_retries=0)
             history = await agent(client, 14, "long")
-            stats = httpx2.get(f"{proxy.url}/stats").json()
+            stats = httpx2.get(f"{proxy.url}/stats", timeout=WAIT).json()
             async with reader(proxy.db) as sidecar:
                 stored = {}
                 for token in re.findall(r"<<[uta][\d.]+>>", json.dumps(history)):
@@ -151,7 +151,7 @@ async def test_a_streamed_answer_reaches_the_client_byte_for_byte_and_is_recorde
     try:
         async with running_proxy(tmp_path, upstream) as proxy:
             body = {"model": "m", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-            async with httpx2.AsyncClient() as http, http.stream(
+            async with httpx2.AsyncClient(timeout=WAIT) as http, http.stream(
                     "POST", f"{proxy.url}/v1/messages", json=body,
                     headers={"x-context-sidecar-session": "canned"}) as response:
                 received = b"".join([chunk async for chunk in response.aiter_raw()])

@@ -124,21 +124,32 @@ class App:
         if self.summary_calls is not None and url is not None and not path.endswith("/count_tokens"):
             # Before its messages reach the host: a compaction they start makes its summary calls this way.
             self.summary_calls.remember(conversation.session_id, adapter.name, url, request.headers, parsed.values)
-        work = asyncio.ensure_future(self._locked(adapter, path, parsed, seen, conversation))
-        done, _ = await asyncio.wait((work,), timeout=self.prepare_timeout)
+        entered = asyncio.Event()
+        work = asyncio.ensure_future(self._locked(adapter, path, parsed, seen, conversation, entered))
+        stalled = asyncio.ensure_future(conversation.stalled.wait())
+        done, _ = await asyncio.wait((work, stalled), timeout=self.prepare_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        stalled.cancel()
         if work in done:
             return work.result()
-        # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
-        forget(work)
-        log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
-                    conversation.session_id, self.prepare_timeout)
+        if entered.is_set():
+            # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
+            forget(work)
+            conversation.stall(work)
+            why = f"the sidecar took over {self.prepare_timeout:g}s (a long compaction?)"
+        else:  # it waited for the conversation, held by a preparation left to finish: nothing of it was done
+            work.cancel()
+            forget(work)
+            why = "an earlier request of the conversation is still at the sidecar (a long compaction?)"
+        log.warning("session %s: forwarded as the agent sent it: %s", conversation.session_id, why)
         self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
-                      conversation: Conversation) -> Prepared:
-        """The core's preparation, the agent's conversation locked meanwhile."""
+                      conversation: Conversation, entered: asyncio.Event) -> Prepared:
+        """The core's preparation, the agent's conversation locked meanwhile (``entered`` set once it is)."""
         async with conversation.lock:
+            entered.set()
             if path.endswith("/count_tokens"):
                 return await self.proxy.count(adapter, parsed, seen, conversation)
             return await self.proxy.prepare(adapter, parsed, seen, conversation)

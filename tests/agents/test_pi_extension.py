@@ -277,6 +277,30 @@ def test_pi_carries_on_when_the_sidecar_cannot_start(pi: Pi, agent_world: AgentW
     assert [m["role"] for m in second.body["messages"]] == ["system", "user", "assistant", "user"]
 
 
+async def test_pi_does_not_wait_for_a_sidecar_that_hangs_and_uses_it_once_it_answers(
+        pi: Pi, agent_world: AgentWorld, memory: SidecarClient) -> None:
+    configure(pi, window=200_000, reserve=16_384)
+    gate = agent_world.root / "gate"
+    hanging = agent_world.root / "hanging-sidecar"  # answers nothing until the gate opens, then is the server
+    hanging.write_text(f'#!/bin/sh\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\nexec "{agent_world.sidecar}" "$@"\n')
+    hanging.chmod(0o755)
+
+    def respond(request: RecordedRequest) -> str:
+        gate.touch()  # pi asked its model while the server still hung: it did not wait for it
+        return "answered"
+
+    agent_world.provider.responder = respond
+    deadline = time.monotonic() + 90
+    with with_extension(pi, env={"CONTEXT_SIDECAR_COMMAND": str(hanging)}) as rpc:
+        rpc.prompt("<<opening>> hello")
+        while not (sessions := (await memory.sessions()).sessions) and time.monotonic() < deadline:
+            rpc.prompt("and now?")  # each call finds the server ready or not; once ready, it stores the branch
+    said = notices(rpc)
+    assert said == [], "the extension never gave up on the server"
+    [session] = sessions
+    assert (await memory.grep(session.session_id, "<<opening>>", scope="messages")).matches  # what it missed, stored
+
+
 def test_pi_says_once_why_the_sidecar_cannot_store_its_session(pi: Pi, agent_world: AgentWorld) -> None:
     configure(pi, window=200_000, reserve=16_384)
     blocked = agent_world.root / "a-file"

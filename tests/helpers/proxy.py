@@ -18,6 +18,8 @@ from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
 MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
 
 
@@ -51,6 +53,11 @@ async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] 
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     async with proxy_process(argv, env) as (url, process):
         yield RunningProxy(url, db, log, process)
+
+
+def children(pid: int) -> list[int]:
+    """A process's children (the proxy's: the sidecar process it started), from /proc."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 @contextlib.asynccontextmanager
