@@ -157,7 +157,10 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     settings, problems = read_settings(options.sidecar_settings())
     for problem in problems:
         log.warning("--settings: %s", problem)
-    command = [sys.executable, "-P", "-m", "sidecar", *([] if options.share else ["--no-share"])]
+    level = logging.getLogger().getEffectiveLevel()
+    verbose = ["-v"] * (2 if level <= logging.DEBUG else 1 if level <= logging.INFO else 0)
+    # The sidecar logs at the proxy's verbosity, into the proxy's log file (its compactions, its summary calls).
+    command = [sys.executable, "-P", "-m", "sidecar", *verbose, *([] if options.share else ["--no-share"])]
     # Its stderr goes to the proxy's log file, if there is one; in a session of its own, Ctrl-C on the terminal
     # (which wrap leaves to the agent) does not stop it.
     log_file = next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)),
