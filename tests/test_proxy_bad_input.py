@@ -18,7 +18,7 @@ import pytest
 from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import WAIT, children, reader, running_proxy
+from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction
 
 
 def user(text: str) -> dict[str, str]:
@@ -199,25 +199,14 @@ async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(
 
 
 async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tmp_path: Path) -> None:
-    with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
-            FakeProvider(responder=lambda request: "answered") as fake:
-        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
-                                                           "leafChunkSize": 2},
-                    "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
-        # The llm settings' summarizer (the one stuck), not the agent's model.
-        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1", "--summarizer",
-                                                                "settings")) as proxy:
-            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
-            # Its newest messages alone are over the budget: the proxy asks for a full compaction first.
-            history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else
-                       {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600}
-                       for index in range(7)]
-            reply = await client.messages.create(model="m", max_tokens=5, messages=history,
-                                                 extra_headers={"x-context-sidecar-session": "stuck"})
-            log = proxy.log_text()
-            await asyncio.to_thread(summarizer.wait_for)  # the compaction is there still, waiting on its model
+    async with stuck_in_a_compaction(tmp_path, prepare_timeout=1) as stuck:
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=stuck.proxy.url, max_retries=0)
+        reply = await client.messages.create(model="m", max_tokens=5, messages=stuck.history,
+                                             extra_headers={"x-context-sidecar-session": "stuck"})
+        log = stuck.proxy.log_text()
+        await asyncio.to_thread(stuck.summarizer.wait_for)  # the compaction is there still, waiting on its model
     assert reply.content[0].text == "answered"  # type: ignore[union-attr]
-    assert fake.model_requests[0].body["messages"] == history  # as the agent sent it
+    assert stuck.provider.model_requests[0].body["messages"] == stuck.history  # as the agent sent it
     assert "forwarded as the agent sent it: the sidecar took over 1s" in log
 
 

@@ -18,7 +18,7 @@ from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
 from tests.helpers.hosts import WAIT as HOST_WAIT
 from tests.helpers.hosts import host_pid, short_runtime, sock_of
-from tests.helpers.proxy import WAIT, children, reader, running_proxy
+from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a process's children from /proc")
 
@@ -60,26 +60,17 @@ async def test_an_answer_reaches_the_agent_whole_while_the_sidecar_does_not_read
 
 
 async def test_requests_of_a_conversation_stuck_in_a_compaction_wait_for_no_one_but_the_first(tmp_path: Path) -> None:
-    with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
-            FakeProvider(responder=lambda request: "answered") as fake:
-        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
-                                                           "leafChunkSize": 2},
-                    "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
-        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "2")) as proxy:
-            client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0, timeout=WAIT)
-            # Its newest messages alone are over the budget: the proxy asks for a full compaction first, which hangs.
-            history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else
-                       {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600}
-                       for index in range(7)]
-            headers = {"x-context-sidecar-session": "stuck"}
+    async with stuck_in_a_compaction(tmp_path, prepare_timeout=2) as stuck:
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=stuck.proxy.url, max_retries=0, timeout=WAIT)
 
-            async def ask() -> Any:
-                return await client.messages.create(model="m", max_tokens=5, messages=history, extra_headers=headers)
+        async def ask() -> Any:
+            return await client.messages.create(model="m", max_tokens=5, messages=stuck.history,
+                                                extra_headers={"x-context-sidecar-session": "stuck"})
 
-            together = await asyncio.gather(ask(), ask())  # one holds the conversation, the other waits for it
-            later = await ask()  # the compaction still hangs
-            await asyncio.to_thread(summarizer.wait_for)
-            log = proxy.log_text()
+        together = await asyncio.gather(ask(), ask())  # one holds the conversation, the other waits for it
+        later = await ask()  # the compaction still hangs
+        await asyncio.to_thread(stuck.summarizer.wait_for)
+        log = stuck.proxy.log_text()
     assert [reply.content[0].text for reply in [*together, later]] == ["answered"] * 3
     assert log.count("forwarded as the agent sent it: the sidecar took over 2s") == 1
     assert log.count("forwarded as the agent sent it: an earlier request of the conversation is still at the "

@@ -17,6 +17,7 @@ from sidecar.client import SidecarClient
 from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
+from sidecar.testing.replies import Reply
 
 WAIT = 120.0
 """Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
@@ -53,6 +54,33 @@ async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] 
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     async with proxy_process(argv, env) as (url, process):
         yield RunningProxy(url, db, log, process)
+
+
+@attrs.define
+class Stuck:
+    """A proxy whose conversation ``history`` needs a full compaction first, by a summarizer that never answers."""
+
+    proxy: RunningProxy
+    provider: FakeProvider
+    """The agent's provider: it answers "answered"."""
+    summarizer: FakeProvider
+    """The llm settings' model (the proxy is told to use it, not the agent's): it never answers."""
+    history: list[dict[str, Any]]
+
+
+@contextlib.asynccontextmanager
+async def stuck_in_a_compaction(tmp_path: Path, prepare_timeout: float) -> AsyncIterator[Stuck]:
+    """``Stuck``: its newest messages alone are over the budget, so the proxy asks for a full compaction first."""
+    history = [{"role": "user", "content": f"<<{index}>> " + "a long tool output line. " * 400} if index % 2 == 0
+               else {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600} for index in range(7)]
+    with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
+            FakeProvider(responder=lambda request: "answered") as provider:
+        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
+                                                           "leafChunkSize": 2},
+                    "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
+        args = ("--prepare-timeout", f"{prepare_timeout:g}", "--summarizer", "settings")
+        async with running_proxy(tmp_path, provider.url, settings, args) as proxy:
+            yield Stuck(proxy, provider, summarizer, history)
 
 
 def children(pid: int) -> list[int]:
