@@ -223,12 +223,11 @@ async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(
 async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tmp_path: Path) -> None:
     with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
             FakeProvider(responder=lambda request: "answered") as fake:
-        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
-                                                           "leafChunkSize": 2},
+        settings = {"contextWindow": 4000, "compaction": {"reserveTokens": 500, "freshTail": 2, "leafChunkSize": 2},
                     "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
         async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1")) as proxy:
             client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
-            # Its newest messages alone are over the budget: the proxy asks for a full compaction first.
+            # Its newest messages alone are over the budget: the host compacts before it answers the assemble.
             history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else
                        {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600}
                        for index in range(7)]

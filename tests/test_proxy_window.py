@@ -83,6 +83,11 @@ def texts(message: dict[str, Any]) -> list[str]:
     return [block.get("text", "") for block in content or () if isinstance(block, dict)]
 
 
+def has_summary(body: dict[str, Any]) -> bool:
+    """Whether a user message of the request is one of the sidecar's summaries."""
+    return any(text.startswith(SUMMARY_TAG) for m in body["messages"] if m["role"] == "user" for text in texts(m))
+
+
 def opens_a_turn(message: dict[str, Any]) -> bool:
     """A user message that is not only tool results (Anthropic's carry them)."""
     return message["role"] == "user" and any(text for text in texts(message))
@@ -96,16 +101,15 @@ async def test_every_forwarded_request_fits_and_carries_the_summary_and_the_rule
                                                                                   window: int, step: int) -> None:
     turns = max(12, 3 * window // step // 2)
     with FakeProvider(responder=respond, context_window=window) as fake:
-        async with running_proxy(tmp_path, fake.url, {"contextWindow": window}) as proxy:
-            async with httpx2.AsyncClient(base_url=proxy.url, timeout=120) as client:
-                await (chat_session if api == "chat" else anthropic_session)(client, turns, step)
+        async with running_proxy(tmp_path, fake.url, {"contextWindow": window}) as proxy, \
+                httpx2.AsyncClient(base_url=proxy.url, timeout=120) as client:
+            await (chat_session if api == "chat" else anthropic_session)(client, turns, step)
     requests = fake.model_requests
     assert fake.rejected == [] and len(requests) >= 2 * turns, "every request was answered: none over the window"
-    first = next((i for i, r in enumerate(requests) if SUMMARY_TAG in json.dumps(r.body["messages"])), None)
+    first = next((i for i, r in enumerate(requests) if has_summary(r.body)), None)
     assert first is not None and first < len(requests) - turns // 2, "the session compacted early enough to tell"
     later = [r.body for r in requests[first:]]
-    without = [i for i, body in enumerate(later) if not any(
-        text.startswith(SUMMARY_TAG) for m in body["messages"] if m["role"] == "user" for text in texts(m))]
+    without = [i for i, body in enumerate(later) if not has_summary(body)]
     assert without == [], f"{len(without)} of {len(later)} requests after the first compaction carry no summary"
     ruleless = [i for i, body in enumerate(later) if RULE not in json.dumps(body["messages"])]
     assert ruleless == [], f"{len(ruleless)} of {len(later)} requests lack the rule stated in the first turn"

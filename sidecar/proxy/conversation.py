@@ -50,8 +50,12 @@ class Branch:
     ends: list[int] = attrs.Factory(list)
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
-    asked: int | None = None
-    """The budget the context is assembled within (``core.asked``)."""
+    budget: int | None = None
+    """The budget the host assembled the previous context within, in its tokens."""
+    overhead: int = 0
+    """The tokens of the body beside the conversation that budget was worked out for."""
+    fixed: list[int] = attrs.Factory(list)
+    """The previous context's cache breakpoints that appending leaves where they are (``fixedBreakpoints``)."""
     tokens: int = 0
     over_budget: bool = False
     """The previous context's tokens as the sidecar counts them, and whether it was over the budget."""

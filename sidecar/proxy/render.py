@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol.types import AssembleResult, ContextItem
 from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.engine.tokens import estimate_bytes_tokens
 from sidecar.proxy.adapters.base import Adapter, Item, Request, Unit, part_id, split_part_id
 from sidecar.proxy.conversation import MAX_RENDERED, Branch
 
@@ -40,6 +41,11 @@ def unit_elements(adapter: Adapter, unit: Unit, uid: str) -> list[bytes]:
     parts = adapter.parts(unit)
     items = [Item("message", part_id(uid, index, len(parts)), part) for index, part in enumerate(parts)]
     return [text.encode() for text in adapter.render_unit(unit, items)]
+
+
+def rendered_tokens(elements: Sequence[bytes]) -> int:
+    """Tokens of a conversation of ``elements`` as the sidecar estimates them: its JSON array's bytes."""
+    return estimate_bytes_tokens(sum(len(element) + 1 for element in elements) + 1)
 
 
 def spliced(request: Request, elements: Sequence[bytes]) -> bytes:
