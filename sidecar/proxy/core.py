@@ -159,7 +159,9 @@ class Proxy:
                 # The prompt kept from the previous request, and what was stored since: no host call.
                 elements, more = list(branch.elements), list(zip(stored, since, strict=True))
             else:  # asked for outside the branch's kept prompt, which stays as it is
-                result = await self.client.assemble(branch.session_id, **room(branch, request))
+                # Within the budget the branch's requests get (count_tokens names no max tokens): not a new one.
+                asked = {"budget": branch.budget} if branch.budget is not None else room(branch, request)
+                result = await self.client.assemble(branch.session_id, **asked)
                 (elements, _), more = await render_items(self.client, adapter, branch, result.items,
                                                          result.messages), []
             for unit, uid in [*more, *zip(seen.units[common:], seen.ids[common:], strict=True)]:
@@ -267,7 +269,7 @@ class Proxy:
 
     def _check_model(self, model: str | None) -> None:
         """Say once per model that the host takes its window from the settings (``contextWindow``)."""
-        if model not in self._unknown_models and context_window_for(model, self.settings.models) is None:
+        if (model or "") not in self._unknown_models and context_window_for(model, self.settings.models) is None:
             self._unknown_models.add(model or "")
             log.warning("model %r: context window unknown; using contextWindow %d from the settings (set 'models' "
                         "to name its window)", model, self.settings.context_window)
