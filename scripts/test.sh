@@ -28,6 +28,18 @@ if [ -z "${SKIP_AGENTS:-}" ]; then
     run agents .venv/bin/python -m tests.agents.install
     export CONTEXT_SIDECAR_REQUIRE_AGENTS=1
 fi
+# A throwaway PostgreSQL server for the team-store tests (Debian's, installed if missing; as root it runs as the
+# postgres user), stopped on exit; with it started here, a test that cannot reach it fails instead of skipping.
+printf '\n== postgresql\n'
+pg_dir=$(mktemp -d /tmp/cs-pg-XXXXXX)
+trap '.venv/bin/python -m tests.helpers.postgres stop "$pg_dir"' EXIT
+if pg_url=$(.venv/bin/python -m tests.helpers.postgres start "$pg_dir"); then
+    export CONTEXT_SIDECAR_TEST_PG="$pg_url" CONTEXT_SIDECAR_TEST_PG_DIR="$pg_dir" CONTEXT_SIDECAR_REQUIRE_PG=1
+    echo "PostgreSQL at $pg_url"
+else
+    failed+=("postgresql")
+    export CONTEXT_SIDECAR_REQUIRE_PG=1
+fi
 run ruff .venv/bin/ruff check sidecar protocol tests bench examples
 run mypy .venv/bin/mypy
 run pytest .venv/bin/python -m pytest -q "$@"

@@ -20,7 +20,11 @@ class StorageLocked(Exception):
 
 
 class StorageFailure(Exception):
-    """DuckDB failed; the transaction was rolled back."""
+    """The database failed; the transaction was rolled back."""
+
+
+class StorageUnavailable(StorageFailure):
+    """The database server cannot be reached now (a team's PostgreSQL restarting, say); nothing was written."""
 
 
 @attrs.define(frozen=True)
@@ -56,8 +60,31 @@ class SessionRow:
     pruned_count: int = 0
     pruned_tokens: int = 0
     """Count and raw tokens of the prunable outputs at positions up to ``pruned_upto``, live ones included."""
+    project: str | None = None
+    """The project the session belongs to: its workspace's git remote as host/owner/repo; None: private."""
     live_count: int = 0
     """How many such messages there are; not stored, counted when the session is read."""
+
+
+@attrs.define(frozen=True)
+class ReplacedSpan:
+    """What a compaction replaces: the session's items from ``first`` to ``last`` but ``kept``, and their totals."""
+
+    first: int
+    last: int
+    kept: tuple[int, ...]
+    count: int
+    tokens: int
+    prunable_count: int
+    prunable_tokens: int
+
+
+@attrs.define
+class SessionDump:
+    """Every row of one session, by table, as column-to-value dicts: a session moved between two stores."""
+
+    session_id: str
+    tables: dict[str, list[dict[str, Any]]]
 
 
 class ItemRow(NamedTuple):

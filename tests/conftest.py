@@ -18,8 +18,10 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from protocol import methods
 from sidecar.testing import FakeOpenAIServer
+from tests.helpers import team_db
 from tests.helpers.gate import Gate
 from tests.helpers.hosts import short_runtime
+from tests.helpers.team_db import TeamServer
 
 SERVER_COMMAND = [sys.executable, "-m", "sidecar", "--no-share"]
 """Each test's server opens its database itself; tests/test_sharing.py covers the shared default."""
@@ -152,10 +154,46 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "memory.duckdb"
 
 
+@pytest.fixture(scope="session")
+def team_server() -> Iterator[TeamServer]:
+    """The PostgreSQL server of the team-store tests (see tests/helpers/team_db.py); skipped without one."""
+    with team_db.team_server() as server:
+        yield server
+
+
 @pytest.fixture
-async def sidecar(db_path: Path) -> AsyncIterator[LanguageClient]:
-    """An initialized sidecar on a fresh DuckDB file with default settings."""
+def team_database(team_server: TeamServer) -> Iterator[str]:
+    """A fresh migrated team database (ALICE granted PROJECT); its name; dropped after the test."""
+    name = team_server.database()
+    yield name
+    team_server.drop(name)
+
+
+@pytest.fixture
+def pg_url(team_server: TeamServer, team_database: str) -> str:
+    """A fresh team database's URL as the member ALICE."""
+    return team_server.url(team_db.ALICE, team_database)
+
+
+@pytest.fixture
+async def duckdb_sidecar(db_path: Path) -> AsyncIterator[LanguageClient]:
+    """An initialized sidecar on a fresh DuckDB file: for checks of params, which no backend sees."""
     async with running_sidecar(settings=settings_for(db_path)) as client:
+        yield client
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """What a test's store is opened on, once per backend: a fresh DuckDB file, then a fresh team database."""
+    if request.param == "duckdb":
+        return str(tmp_path / "memory.duckdb")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def sidecar(store_target: str) -> AsyncIterator[LanguageClient]:
+    """An initialized sidecar with default settings, once on a fresh DuckDB file, once on a fresh team database."""
+    async with running_sidecar(settings=settings_for(store_target)) as client:
         yield client
 
 

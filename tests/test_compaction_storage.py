@@ -21,10 +21,12 @@ from sidecar.summarizers.deterministic import DeterministicSummarizer
 from tests.conftest import PI_SESSION
 
 
-def make_sidecar(tmp_path: Path, **compaction: object) -> Sidecar:
+def make_sidecar(target: Path | str, **compaction: object) -> Sidecar:
+    """A sidecar in this process on ``target``: a directory (a DuckDB file in it) or a team database's URL."""
     settings, problems = read_settings({"compaction": {"auto": False, **compaction}})
     assert not problems
-    return Sidecar(settings=settings, storage_path=str(tmp_path / "db.duckdb"))
+    path = str(target / "db.duckdb") if isinstance(target, Path) else target
+    return Sidecar(settings=settings, storage_path=path)
 
 
 def add(sidecar: Sidecar, messages: list[dict]) -> None:
@@ -40,14 +42,14 @@ def snapshot(sidecar: Sidecar) -> tuple[list, list, list, list]:
 
 
 def fresh_session(sidecar: Sidecar):
-    """The session row as stored, not as cached."""
-    sidecar.store()._sessions.clear()
+    """The session row as stored, not as cached (a team database caches none)."""
+    getattr(sidecar.store(), "_sessions", {}).clear()
     return sidecar.session("s")
 
 
 @pytest.mark.parametrize("mode", ["incremental", "full", "handoff"])
-def test_the_cached_session_and_tokens_after_match_the_database(tmp_path, mode):
-    sidecar = make_sidecar(tmp_path, maxTokens=3000, freshTail=6)
+def test_the_cached_session_and_tokens_after_match_the_database(store_target, mode):
+    sidecar = make_sidecar(store_target, maxTokens=3000, freshTail=6)
     add(sidecar, coding_session(300))
     outcome = asyncio.run(Compaction(sidecar, "s", mode, None, DeterministicSummarizer()).run())
     assert outcome.compacted
@@ -57,8 +59,8 @@ def test_the_cached_session_and_tokens_after_match_the_database(tmp_path, mode):
     assert outcome.tokens_after == sidecar.estimated_tokens(stored)
 
 
-def test_messages_ingested_during_a_compaction_are_counted_after_it(tmp_path):
-    sidecar = make_sidecar(tmp_path, freshTail=6)
+def test_messages_ingested_during_a_compaction_are_counted_after_it(store_target):
+    sidecar = make_sidecar(store_target, freshTail=6)
     session = coding_session(200)
     add(sidecar, session[:150])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -40,6 +41,24 @@ def test_the_api_reference_names_every_public_method_of_the_client() -> None:
     public = [name for name in vars(SidecarClient) if not name.startswith("_")]
     missing = [name for name in public if not re.search(rf"\b{name}\b", text)]
     assert not missing, f"docs/python-api.md does not document SidecarClient.{', .'.join(missing)}"
+
+
+def test_the_readme_s_documentation_table_lists_every_page_of_docs() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| \[docs/([\w.-]+\.md)\]\(docs/\1\) \|", table, flags=re.M))
+    assert listed == {page.name for page in (ROOT / "docs").glob("*.md")}
+
+
+def test_the_vs_code_install_commands_name_what_the_build_makes() -> None:
+    package = json.loads((ROOT / "editors" / "vscode" / "package.json").read_text(encoding="utf-8"))
+    vsix = f"{package['name']}-{package['version']}.vsix"  # what `vsce package` names it
+    for readme in (ROOT / "README.md", ROOT / "editors" / "vscode" / "README.md"):
+        text = readme.read_text(encoding="utf-8")
+        assert "scripts/install-vscode.sh" in text and f"code --install-extension {vsix}" in text, readme
+    script = ROOT / "scripts" / "install-vscode.sh"
+    assert os.access(script, os.X_OK) and "install-vscode.sh" in (ROOT / "editors" / "vscode" / "e2e" /
+                                                                  "run.sh").read_text(), "CI builds it that way"
 
 
 def test_the_readme_is_short_and_starts_with_use() -> None:

@@ -158,6 +158,6 @@ def test_a_database_whose_directory_cannot_be_made_is_one_clear_line(tmp_path: P
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     ran = run("demo", "--db", blocked / "memory.duckdb")
-    assert ran.returncode == 1
-    assert ran.stderr.splitlines() == [f"context-sidecar demo: error: cannot open {blocked}/memory.duckdb: cannot "
-                                       f"create its directory {blocked}: File exists"]
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [f"context-sidecar demo: error: --db {blocked}/memory.duckdb: {blocked} is not "
+                                       "a directory"]

@@ -79,7 +79,8 @@ async def test_ids_are_scoped_per_session(sidecar):
     ({"role": "user", "content": "x", "metadata": []}, "messages[1].metadata"),
     ("not a message", "messages[1]"),
 ])
-async def test_a_batch_with_one_bad_message_stores_nothing(sidecar, bad, field):
+async def test_a_batch_with_one_bad_message_stores_nothing(duckdb_sidecar, bad, field):
+    sidecar = duckdb_sidecar
     await ingest(sidecar, "s1", TOOL_TURN[:1])
     before = await snapshot(sidecar, "s1")
     with pytest.raises(JsonRpcException) as caught:
@@ -121,7 +122,8 @@ async def test_a_batch_with_one_bad_message_stores_nothing(sidecar, bad, field):
     (methods.MEMORY_DELETE_SESSION, {"sessionId": ["s1"]}, "sessionId"),
     (methods.CONTEXT_USAGE, {}, "sessionId"),
 ])
-async def test_ill_typed_params_get_invalid_params_and_change_nothing(sidecar, method, params, field):
+async def test_ill_typed_params_get_invalid_params_and_change_nothing(duckdb_sidecar, method, params, field):
+    sidecar = duckdb_sidecar
     await ingest(sidecar, "s1", TOOL_TURN)
     before = await snapshot(sidecar, "s1")
     with pytest.raises(JsonRpcException) as caught:
@@ -133,7 +135,8 @@ async def test_ill_typed_params_get_invalid_params_and_change_nothing(sidecar, m
 
 @pytest.mark.parametrize("method", [methods.CONTEXT_ASSEMBLE, methods.MEMORY_GREP, methods.MEMORY_EXPAND,
                                     methods.MEMORY_DESCRIBE, methods.CONTEXT_USAGE])
-async def test_unknown_session_gets_32001(sidecar, method):
+async def test_unknown_session_gets_32001(duckdb_sidecar, method):
+    sidecar = duckdb_sidecar
     params = {"sessionId": "nope", "id": "u1", "pattern": "x"}
     with pytest.raises(JsonRpcException) as caught:
         await call(sidecar, method, params)

@@ -13,6 +13,7 @@ import httpx2
 import pytest
 
 from sidecar.client import SidecarClient
+from sidecar.proxy.stats import prompt_tokens
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
 from tests.helpers.proxy import markers, messages_of, reader, running_proxy, unpaired_tool_calls
@@ -246,3 +247,14 @@ async def test_count_tokens_counts_the_context_the_next_request_sends_and_change
     assert counted.input_tokens > 0
     assert messages_of(count.raw) == messages_of(fake.model_requests[-1].raw)  # what was counted was sent
     assert listed == {"counted": 6}  # nothing stored by the count
+
+
+def test_cache_markers_are_not_counted_as_prompt() -> None:
+    plain = b'{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}'
+    marked = (b'{"messages":[{"role":"user","content":[{"type":"text","text":"hi",'
+              b'"cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}')
+    first = (b'{"messages":[{"role":"user","content":[{"cache_control": {"type":"ephemeral"},'
+             b'"type":"text","text":"hi"}]}]}')
+    quoted = b'{"messages":[{"role":"user","content":"say \\"cache_control\\": {}"}]}'
+    assert prompt_tokens(marked) == prompt_tokens(plain) == prompt_tokens(first) == -(-len(plain) // 4)
+    assert prompt_tokens(quoted) == -(-len(quoted) // 4), "a marker's name in a message's text is text"

@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sidecar.agents.config import CODEX_ENV_VARS, is_our_hook
+from sidecar.agents.config import CODEX_ENV_VARS, CODEX_LAUNCHER, CODEX_STAND_IN, is_our_hook
 
 COMMAND = str(Path(sys.executable).parent / "context-sidecar")
 HOOK = f"{COMMAND} hook claude-code"
@@ -107,6 +107,37 @@ def test_claude_code_user_config_gets_the_server_hooks_and_permission(home):
     assert '\n        "PreCompact": [\n            {"hooks"' in (home / ".claude" / "settings.json").read_text()
 
 
+def test_no_allow_leaves_the_permission_out_takes_it_back_and_remove_still_gives_back_the_original(home):
+    original = snapshot(home)
+    run = setup(home, "claude-code", "--no-allow")
+    assert run.code == 0, run.err
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert settings["permissions"] == {"allow": ["Bash(npm test)"], "deny": ["Read(.env)"]}
+    assert our_groups(settings, "PreCompact") and "allowed its tools" not in run.out
+    assert setup(home, "claude-code").code == 0  # a yes later
+    said_no = setup(home, "claude-code", "--no-allow")  # and a no again
+    assert "removed permissions.allow mcp__context-sidecar" in said_no.out
+    assert json.loads((home / ".claude" / "settings.json").read_text())["permissions"]["allow"] == ["Bash(npm test)"]
+    assert setup(home, "claude-code", "--remove").code == 0
+    assert snapshot(home) == original
+
+
+def test_no_allow_in_an_empty_home_and_remove_leave_nothing(tmp_path):
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    assert setup(home, "claude-code", "--no-allow").code == 0
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert "permissions" not in settings and set(settings["hooks"]) == {"PreCompact", "SessionStart", "PostCompact"}
+    assert setup(home, "claude-code", "--remove").code == 0
+    assert list(home.iterdir()) == []
+
+
+def test_no_allow_is_for_claude_code_only(home):
+    original = snapshot(home)
+    run = setup(home, "codex", "--no-allow")
+    assert run.code == 2 and "--no-allow is for claude-code" in run.err and snapshot(home) == original
+
+
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
 def test_twice_changes_nothing_and_remove_gives_back_the_original_bytes(home, agent):
     original = snapshot(home)
@@ -155,7 +186,8 @@ def test_codex_config_gets_a_required_server_whose_tools_need_no_approval(home):
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
     server = config["mcp_servers"]["context-sidecar"]
     passed = server.pop("env_vars")  # Codex gives its MCP servers few variables: these find the shared host
-    assert server == {"command": COMMAND, "args": ["mcp"], "required": True, "default_tools_approval_mode": "approve"}
+    assert server == {"command": "/bin/sh", "args": ["-c", CODEX_LAUNCHER, COMMAND, CODEX_STAND_IN, "mcp"],
+                      "required": True, "default_tools_approval_mode": "approve", "startup_timeout_sec": 30}
     assert {"XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"} <= set(passed)
     assert config["mcp_servers"]["docs"] == {"command": "docs-mcp", "args": ["--stdio"]}
     assert config["projects"]["/srv/shop"]["trust_level"] == "trusted" and config["approval_policy"] == "on-request"
@@ -181,7 +213,7 @@ def test_an_older_install_is_updated_and_what_the_user_added_kept(home):
     assert hooks["PreCompact"][0] == {"hooks": [mine]}, "only ours left the user's group"
     assert [group["hooks"][0]["command"] for group in hooks["PostCompact"]] == [HOOK], "the old one replaced"
     codex = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["context-sidecar"]
-    assert codex["command"] == COMMAND and codex["startup_timeout_sec"] == 20 and codex["required"] is True
+    assert codex["args"][2] == COMMAND and codex["startup_timeout_sec"] == 20 and codex["required"] is True
     assert "XDG_DATA_HOME" in codex["env_vars"]
 
 
@@ -349,4 +381,5 @@ def test_codex_keys_the_user_rewrapped_or_commented_keep_their_bytes_when_setup_
     assert run.code == 0, run.err
     after = path.read_text()
     assert wrapped in after and "required = true  # Codex waits for it\n" in after
-    assert tomllib.loads(after)["mcp_servers"]["context-sidecar"]["args"] == ["mcp", "--db", str(home / "other.duckdb")]
+    args = tomllib.loads(after)["mcp_servers"]["context-sidecar"]["args"]
+    assert args[2] == COMMAND and args[4:] == ["mcp", "--db", str(home / "other.duckdb")]

@@ -21,12 +21,12 @@ from sidecar.storage.migrations import MIGRATIONS
 from tests.conftest import call, ingest, running_sidecar, settings_for
 
 
-async def test_history_survives_a_restart(db_path):
+async def test_history_survives_a_restart(store_target):
     session = coding_session(80)
-    async with running_sidecar(settings=settings_for(db_path)) as client:
+    async with running_sidecar(settings=settings_for(store_target)) as client:
         await ingest(client, "s", session, title="persisted", contextWindow=64000)
         before = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 5000})
-    async with running_sidecar(settings=settings_for(db_path)) as client:
+    async with running_sidecar(settings=settings_for(store_target)) as client:
         after = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 5000})
         assert after["messages"] == before["messages"]
         assert after["items"] == before["items"]

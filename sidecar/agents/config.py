@@ -104,8 +104,9 @@ def claude_mcp(text: str, name: str, command: str, db: str | None, remove: bool)
 
 
 def claude_settings(text: str, name: str, command: str, db: str | None, remove: bool,
-                    project: bool) -> tuple[str, list[str]]:
-    """The hooks, the permission for the server's tools and, in a project, the approval of its ``.mcp.json`` entry."""
+                    project: bool, allow: bool = True) -> tuple[str, list[str]]:
+    """The hooks, the permission for the server's tools (unless not ``allow``: then one there is taken out) and, in
+    a project, the approval of its ``.mcp.json`` entry."""
     done: list[str] = []
     hooks: list[str] = []
     for event, matcher in HOOK_EVENTS:
@@ -119,7 +120,7 @@ def claude_settings(text: str, name: str, command: str, db: str | None, remove: 
     if project:
         entries.append(("enabledMcpjsonServers", ["enabledMcpjsonServers"], SERVER, "approved .mcp.json's server"))
     for label, path, value, what in entries:
-        if remove:
+        if remove or (not allow and value == TOOLS_PERMISSION):
             walk(text, name, path)
             text, removed = drop_items(text, name, path, functools.partial(operator.eq, value))
             if removed:
@@ -163,20 +164,61 @@ def _claude_hook(text: str, name: str, event: str, matcher: str | None, command:
 
 # Codex
 
+CODEX_SHELL = "/bin/sh"
+CODEX_LAUNCHER = 'c=$0 f=$1; shift; "$c" "$@" && exit 0; exec python3 -Ic "$f" "$c" "$?"'
+"""How Codex starts the server (``sh -c LAUNCHER COMMAND STAND_IN ARGS…``): the command, and should it not run or
+end in error (its checkout moved, its Python gone), ``CODEX_STAND_IN`` in its place. Codex waits only for a
+required server, and starts no session when one fails."""
+CODEX_STAND_IN = """\
+import json, sys
+why = (f"context-sidecar cannot run here: {sys.argv[1]} exited {sys.argv[2]} (moved, or its Python gone?); "
+       "install it again, then run `context-sidecar setup codex`")
+print(why, file=sys.stderr, flush=True)
+results = {"tools/list": {"tools": []}, "ping": {},
+           "tools/call": {"content": [{"type": "text", "text": "Error: " + why}], "isError": True}}
+def reply(m):
+    if not isinstance(m, dict) or "id" not in m or "method" not in m:
+        return None
+    if m["method"] == "initialize":
+        version = (m.get("params") or {}).get("protocolVersion") or "2025-06-18"
+        return {"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": version, "instructions": why,
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "context-sidecar", "version": "unavailable"}}}
+    if m["method"] in results:
+        return {"jsonrpc": "2.0", "id": m["id"], "result": results[m["method"]]}
+    return {"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": why}}
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    out = [r for r in map(reply, m) if r] if isinstance(m, list) else reply(m)
+    if out:
+        print(json.dumps(out), flush=True)
+"""
+"""A stand-in MCP server of the standard library (``python3 -I``): it initializes, offers no tool, and says why."""
+CODEX_STARTUP_SECONDS = 30
+"""``startup_timeout_sec`` (Codex's default is 10): a required server's start, on a busy machine, may take longer."""
+
+
 def codex_server(text: str, command: str, db: str | None, remove: bool) -> tuple[str, list[str]]:
-    """``[mcp_servers.context-sidecar]``: required (``codex exec`` starts no optional server), tools approved, the
-    variables of ``CODEX_ENV_VARS`` passed on."""
+    """``[mcp_servers.context-sidecar]``: required (``codex exec`` waits for no optional server), started through
+    ``CODEX_LAUNCHER`` so that a broken install never stops Codex, tools approved, the variables of
+    ``CODEX_ENV_VARS`` passed on."""
     if remove:
         new = remove_table(text, CODEX_TABLE)
         return new, [f"removed [mcp_servers.{SERVER}]"] if new != text else []
-    values = {"command": command, "args": server_args(db), "required": True, "default_tools_approval_mode": "approve",
-              "env_vars": _codex_env_vars(text)}
+    servers = loads(text).get(CODEX_TABLE[0])
+    existing = servers.get(SERVER) if isinstance(servers, dict) else None
+    values = {"command": CODEX_SHELL, "args": ["-c", CODEX_LAUNCHER, command, CODEX_STAND_IN, *server_args(db)],
+              "required": True, "default_tools_approval_mode": "approve", "env_vars": _codex_env_vars(text)}
+    if not (isinstance(existing, dict) and "startup_timeout_sec" in existing):  # the user's own is kept
+        values["startup_timeout_sec"] = CODEX_STARTUP_SECONDS
     new = set_table(text, CODEX_TABLE, values)
     if new == text:
         return text, []
     verb = "updated" if f"[mcp_servers.{SERVER}]" in text else "added"
-    return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, required, "
-                 "its tools approved, its variables passed on)"]
+    return new, [f"{verb} [mcp_servers.{SERVER}] ({shlex.join([command, *server_args(db)])}, through {CODEX_SHELL}: "
+                 "a stand-in without tools should it not run; required, its tools approved, its variables passed on)"]
 
 
 def _codex_env_vars(text: str) -> list[Any]:

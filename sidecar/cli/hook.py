@@ -28,6 +28,7 @@ from protocol import methods
 from protocol import types as t
 from sidecar.cli import SERVER_COMMAND
 from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.config.database import PasswordMask
 
 log = logging.getLogger("context-sidecar.hook")
 
@@ -103,6 +104,7 @@ def _log_to(path: Path) -> None:
         handlers.append(logging.FileHandler(path, encoding="utf-8"))
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(PasswordMask())
     logging.basicConfig(level=logging.INFO, handlers=handlers or [logging.NullHandler()], force=True)
 
 

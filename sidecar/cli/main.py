@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -26,13 +27,15 @@ commands:
   demo      run a generated coding session through a real sidecar and show what it keeps
   import    store a pi, Claude Code, Codex or OpenAI JSON transcript in the database (memory/import)
   replay    walk a transcript through a real sidecar turn by turn, with auto-compaction, and show the timeline
-  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude -- ARGS
+  wrap      run Claude Code or Codex through the proxy: context-sidecar wrap claude [ARGS]
   status    the running proxy's figures per session (GET /stats)
   proxy     an HTTP proxy for Claude Code, Codex and other agents that assembles every prompt they send
   hook      run as a Claude Code hook: keep its transcript and rules across Claude Code's own compaction
   setup     add context-sidecar's memory tools (and, for Claude Code, its hooks) to Claude Code's or Codex's config
   host      serve one database to every context-sidecar on it (started on demand; see docs/sharing.md)
   mcp       an MCP server on stdio giving Claude Code, Codex, … the memory tools over their workspace's sessions
+  db        a team database: migrate its schema (its owner), copy sessions between a file and it
+  team      who reads which project's sessions in a team database: grant, revoke, list (its owner)
 
 Sharing: the first context-sidecar on a database file starts a host process for it, listening on a Unix
 socket in a per-user directory ($XDG_RUNTIME_DIR/context-sidecar, /run/user/UID/context-sidecar or
@@ -45,15 +48,20 @@ Logs: stderr, or --log-file. Through a host, the host also writes the lines of y
 to your --log-file, marked [host]; its own log is <hash>.log beside its socket, removed when it exits
 without an error.
 """
+TYPED_DB = ("demo", "import", "replay", "setup", "proxy", "wrap")
+"""Commands whose --db is refused at once (exit 2) when its directory is missing. The server, mcp and hook, which
+agents and editors start, report it as the storage error of each request instead (a hook must exit 0)."""
 FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
-DB_HELP = "DuckDB file to use (':memory:' for none); default: one per-user file for every workspace"
+DB_HELP = ("DuckDB file to use, in a directory that exists (':memory:' for none), or a team's PostgreSQL server as "
+           "postgresql://USER@HOST:PORT/DB (password from PGPASSWORD or ~/.pgpass); default: $CONTEXT_SIDECAR_DB, else "
+           "one per-user file for every workspace")
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
     """--db, --log-file and -v, accepted before and after a command."""
     # A command's own defaults would overwrite what was given before the command name (--db X demo).
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS if command else None)
-    common.add_argument("--db", metavar="PATH", help=db_help)
+    common.add_argument("--db", metavar="PATH|URL", help=db_help)
     common.add_argument("--log-file", metavar="PATH", help="write logs here instead of stderr")
     verbose = common.add_argument("-v", "--verbose", action="count", help="more logging (-vv for debug)")
     if not command:
@@ -139,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     from sidecar.cli.status_command import add_command as add_status
 
     add_status(commands)
+    from sidecar.cli.team_command import add_commands as add_team
+
+    add_team(commands, in_command)
 
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
@@ -160,14 +171,16 @@ Everything else in those files keeps its bytes; running it again changes nothing
         epilog="""\
 claude-code: ~/.claude.json (under $CLAUDE_CONFIG_DIR if set): mcpServers.context-sidecar;
   ~/.claude/settings.json: hooks PreCompact, SessionStart (matcher compact), PostCompact running
-  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (claude -p calls no tool
-  without a permission). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
+  'context-sidecar hook claude-code', and permissions.allow mcp__context-sidecar (Claude Code runs the memory
+  tools, which only read, without asking; claude -p calls no tool without a permission; --no-allow leaves it
+  out). --project: .mcp.json and .claude/settings.json (plus enabledMcpjsonServers);
   Claude Code reads them in a folder you trust.
 codex: $CODEX_HOME/config.toml (default ~/.codex): [mcp_servers.context-sidecar] with required = true
-  (codex exec starts no optional server; Codex does not start without it, so run --remove before you
-  uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and env_vars (XDG_RUNTIME_DIR,
-  XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex passes an MCP server few
-  variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
+  (codex exec waits for no optional server) and startup_timeout_sec = 30, run through /bin/sh so that a
+  broken install (moved, its Python gone) starts a stand-in with no tools instead of stopping Codex (run
+  --remove before you uninstall), default_tools_approval_mode = "approve" (codex exec asks no one) and
+  env_vars (XDG_RUNTIME_DIR, XDG_DATA_HOME, XDG_STATE_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR, pi's: Codex
+  passes an MCP server few variables of its own). --project: .codex/config.toml, which Codex reads in a trusted project.
 A file that is not valid JSON or TOML, or holds one of these keys with another type, is refused: nothing
 is written and the exit code is 1. --db PATH is passed on to the server and the hooks. What setup created is
 recorded in $XDG_STATE_HOME/context-sidecar/setup.json (default ~/.local/state), so that --remove takes out
@@ -176,6 +189,10 @@ no key or file the user had.""")
     setup.add_argument("--project", nargs="?", const=".", metavar="DIR",
                        help="write the project's files in DIR (default: this folder) instead of the user config")
     setup.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+    setup.add_argument("--no-allow", dest="allow", action="store_false",
+                       help="claude-code: leave out (or take out) permissions.allow mcp__context-sidecar, so that "
+                            "Claude Code asks before each memory tool call; claude -p then runs them only with "
+                            "--allowedTools mcp__context-sidecar")
     setup.add_argument("--remove", action="store_true",
                        help="take out exactly what setup adds (the server, its hooks and permission entries), "
                             "and the keys and files it created for them once they are empty")
@@ -236,19 +253,56 @@ def price_table(text: str) -> Prices:
 
 
 def configure_logging(verbosity: int, log_file: str | None) -> None:
-    """Logs to stderr or a file, never stdout."""
+    """Logs to stderr or a file, never stdout; no database password in them."""
+    from sidecar.config.database import PasswordMask
+
     level = logging.WARNING - 10 * min(verbosity, 2)
     handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.addFilter(PasswordMask())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     # pygls logs whole message bodies at INFO; session content stays out of logs below -vv.
     logging.getLogger("pygls").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
 
 
+STDOUT_FD = 1
+"""The process's stdout, whatever ``sys.stdout`` is now (serving points it at stderr)."""
+CLOSED_PIPE_EXIT = 128 + 13
+"""The exit status when stdout's reader went away (``| head``): a shell's for a tool SIGPIPE ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``context-sidecar``."""
+    """Entry point of ``context-sidecar``: a reader that closes stdout early (``| head``) ends it quietly."""
+    try:
+        try:
+            return run_command(argv)
+        finally:
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: what is left in its buffer goes nowhere instead of a second error.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), STDOUT_FD)
+        return CLOSED_PIPE_EXIT
+
+
+def run_command(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the command (or serve)."""
     args = build_parser().parse_args(argv)
-    configure_logging(args.verbose, args.log_file)
+    if args.command in TYPED_DB and args.db:
+        from sidecar.config.paths import missing_directory
+
+        missing = missing_directory(args.db)
+        if missing:
+            print(f"context-sidecar {args.command}: error: --db {args.db}: {missing}", file=sys.stderr)
+            return 2
+    try:
+        configure_logging(args.verbose, args.log_file)
+    except OSError as error:
+        if args.command != "hook":  # a hook goes on whatever happens; it writes its own log (hook.log)
+            print(f"context-sidecar{' ' + args.command if args.command else ''}: error: --log-file {args.log_file}: "
+                  f"{error.strerror or error}", file=sys.stderr)
+            return 2
+        configure_logging(args.verbose, None)
     if args.command in ("demo", "import", "replay"):
         from sidecar.cli import log_server_like_the_tool
 
@@ -279,7 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "setup":
         from sidecar.cli.setup import run_setup
 
-        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db)
+        if not args.allow and args.agent != "claude-code":
+            print("context-sidecar setup: error: --no-allow is for claude-code (Codex's approval of the tools is "
+                  "default_tools_approval_mode in its entry)", file=sys.stderr)
+            return 2
+        return run_setup(args.agent, args.project, args.dry_run, args.remove, args.db, args.allow)
     if args.command == "proxy":
         from sidecar.cli.proxy_command import ProxyOptions, run_proxy
 
@@ -293,6 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging(args.verbose, str(default_log()))
         given = any(arg == "--port" or arg.startswith("--port=") for arg in (argv or sys.argv[1:]))
         return run_wrap(WrapOptions.from_args(args), args.agent, args.args, given)
+    if args.command == "db":
+        from sidecar.cli.team_command import run_db
+
+        return run_db(args)
+    if args.command == "team":
+        from sidecar.cli.team_command import run_team
+
+        return run_team(args)
     if args.command == "status":
         from sidecar.cli.status_command import run_status
 

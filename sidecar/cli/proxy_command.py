@@ -28,10 +28,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="a file holding a JSON object of settings, as initialize's options take them "
                              "(contextWindow, models, compaction, prune, llm …); inline JSON works too")
     parser.add_argument("--anthropic-upstream", metavar="URL", default=None,
-                        help="where Anthropic Messages requests go (default https://api.anthropic.com)")
+                        help="where Anthropic Messages requests go: the provider, a gateway, a local model "
+                             "(default https://api.anthropic.com; wrap claude: an ANTHROPIC_BASE_URL already set)")
     parser.add_argument("--openai-upstream", metavar="URL", default=None,
-                        help="where OpenAI Responses and Chat Completions requests go, with its version "
-                             "(default https://api.openai.com/v1)")
+                        help="where OpenAI Responses and Chat Completions requests go, with its version: the "
+                             "provider, a gateway, a local model (default https://api.openai.com/v1; wrap codex: "
+                             "the base URL of Codex's active provider, or OPENAI_BASE_URL)")
     parser.add_argument("--prepare-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="how long the sidecar may take over a request (storing, assembling, a compaction) "
                              "before it goes upstream as the agent sent it (default 60)")
@@ -47,10 +49,12 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                     "OpenAI Responses API (POST /v1/responses) and Chat Completions (POST /v1/chat/completions). "
                     "Each request's new messages are stored through the shared host, the conversation is replaced "
                     "by the sidecar's assembled context (within the model's window, compacted history as "
-                    "summaries), and the answer streams back unchanged while it is recorded. Other requests pass "
-                    "through. GET /stats shows, per session, the tokens the agent sent against those forwarded, "
-                    "the cache hit rate and compactions (also: context-sidecar status). API keys pass through from "
-                    "the agent's headers and are never stored or logged. Ctrl-C stops it.")
+                    "summaries), and the answer streams back unchanged while it is recorded. Under /anthropic and "
+                    "/openai (e.g. ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic) anything else goes to that "
+                    "provider untouched; without a prefix, a route of no one API is answered 404. GET /stats "
+                    "shows, per session, the tokens the agent sent against those forwarded, the cache hit rate and "
+                    "compactions (also: context-sidecar status). API keys pass through from the agent's headers "
+                    "and are never stored or logged. Ctrl-C stops it.")
     add_options(proxy)
 
 
@@ -110,14 +114,14 @@ class ProxyOptions:
 @contextlib.asynccontextmanager
 async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     """A listening proxy (its ``App``, with ``port`` set), stopped at the end of the block."""
+    import asyncio
+
     from sidecar.client import SidecarClient
     from sidecar.config.settings import read_settings
-    from sidecar.proxy.adapters.anthropic import AnthropicAdapter
-    from sidecar.proxy.adapters.chat import ChatAdapter
-    from sidecar.proxy.adapters.responses import ResponsesAdapter
     from sidecar.proxy.app import PREPARE_TIMEOUT, App, Upstreams
     from sidecar.proxy.core import Proxy
     from sidecar.proxy.http import start_server
+    from sidecar.proxy.routes import Routes, default_adapters
     from sidecar.proxy.stats import Stats
     from sidecar.proxy.upstream import Upstream
 
@@ -137,24 +141,24 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
 
     client = await spawn()
     upstream = Upstream()
-    anthropic = AnthropicAdapter()
-    adapters = {"POST /v1/messages": anthropic, "POST /v1/messages/count_tokens": anthropic,
-                "POST /v1/responses": ResponsesAdapter(), "POST /v1/chat/completions": ChatAdapter()}
+    routes = Routes(default_adapters())
     upstreams = Upstreams()
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
-    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, adapters,
+    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, routes,
               client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT)
     try:
-        server = await start_server(app.handle, HOST, options.port)
+        server = await start_server(app.handle, HOST, options.port, routes.failure)
     except BaseException:
         await upstream.close()
         await client.close()
         raise
     app.port = server.sockets[0].getsockname()[1]
+    check = asyncio.ensure_future(app.proxy.check())  # a database it cannot use is told before the first request
     try:
         yield app
     finally:
+        check.cancel()
         server.close()
         await app.proxy.settle()
         await upstream.close()
@@ -176,6 +180,9 @@ def run_proxy(options: ProxyOptions) -> int:
                 print(f"context-sidecar proxy: listening on http://{HOST}:{app.port} (storage {app.storage}); "
                       f"Anthropic → {app.upstreams.anthropic}, OpenAI → {app.upstreams.openai}", file=sys.stderr,
                       flush=True)
+                app.proxy.stats.on_problem = lambda problem: print(
+                    f"context-sidecar proxy: the sidecar cannot take requests ({problem.message}): they go to the "
+                    "provider as the agent sends them (context-sidecar status)", file=sys.stderr, flush=True)
                 await stop.wait()
         except OSError as error:
             print(f"context-sidecar proxy: cannot listen on {HOST}:{options.port}: {error.strerror or error}",

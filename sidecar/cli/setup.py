@@ -24,6 +24,7 @@ from sidecar.agents.jsonedit import JsonEditError, loads, new_document
 from sidecar.agents.tomledit import TomlEditError
 from sidecar.cli import setup_record
 from sidecar.cli.setup_record import Made
+from sidecar.config.database import is_url
 
 AGENTS = ("claude-code", "codex")
 Edit = Callable[[str, str], tuple[str, list[str]]]
@@ -96,7 +97,7 @@ def _edit(path: Path, edit: Edit, kind: str, remove: bool, private: bool, made: 
 
 
 def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool, command: str,
-         db: str | None, record: dict[str, Made]) -> list[Change]:
+         db: str | None, record: dict[str, Made], allow: bool = True) -> list[Change]:
     """What setup would change, every file checked first; ``record``: what setup created before."""
     private = project is None
 
@@ -109,7 +110,8 @@ def plan(agent: str, env: Mapping[str, str], project: Path | None, remove: bool,
             _edit(mcp_path, lambda text, name: agent_config.claude_mcp(text, name, command, db, remove),
                   "JSON", remove, private, made(mcp_path)),
             _edit(settings_path, lambda text, name: agent_config.claude_settings(
-                text, name, command, db, remove, project is not None), "JSON", remove, private, made(settings_path)),
+                text, name, command, db, remove, project is not None, allow), "JSON", remove, private,
+                  made(settings_path)),
         ]
     path = codex_file(env, project)
     return [_edit(path, lambda text, _: agent_config.codex_server(text, command, db, remove), "TOML", remove,
@@ -187,7 +189,7 @@ def notes(agent: str, env: Mapping[str, str], project: Path | None) -> list[str]
             f"or run `context-sidecar setup codex` for the user config."]
 
 
-def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: str | None) -> int:
+def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: str | None, allow: bool = True) -> int:
     """The command; 0 when everything is (or would be) in place, 1 when nothing could be changed."""
     env = os.environ
     scope = Path(project).resolve() if project is not None else None
@@ -203,7 +205,8 @@ def run_setup(agent: str, project: str | None, dry_run: bool, remove: bool, db: 
             print(f"{title}: {error}; taken as empty"
                   + (": the keys and files setup created stay" if remove else ""), file=sys.stderr)
             record = {}
-        changes = plan(agent, env, scope, remove, command, os.path.abspath(db) if db else None, record)
+        target = (db if is_url(db) else os.path.abspath(db)) if db else None  # a team URL goes on as it is
+        changes = plan(agent, env, scope, remove, command, target, record, allow)
     except SetupError as error:
         print(f"{title}: {error}; nothing was changed", file=sys.stderr)
         return 1

@@ -34,6 +34,12 @@ def run_status(port: int, as_json: bool) -> int:
         return 0
     print(f"context-sidecar proxy on http://{HOST}:{port} (pid {stats['pid']}, up {_duration(stats['uptimeSeconds'])})"
           f", storage {stats['storage']}")
+    problem = stats.get("problem")
+    if problem:
+        state = f"managed again since {problem['resolvedAt']}" if problem.get("resolvedAt") else \
+            f"since {problem['since']}"
+        print(f"  ! the sidecar could not take requests ({problem['requests']:,} went to the provider as the agent "
+              f"sent them, nothing stored; {state}): {problem['message']}")
     sessions = stats["sessions"]
     if not sessions:
         print("  no requests yet")
@@ -45,8 +51,9 @@ def run_status(port: int, as_json: bool) -> int:
         print(f"  {_short(entry['sessionId']):<40} {entry['provider']:<9} {entry['requests']:>8,} "
               f"{entry['agentTokens']:>11,} {entry['forwardedTokens']:>11,} "
               f"{'-' if rate is None else f'{rate:.1%}':>10} {entry['compactions']:>11,}")
-    print("  sent and forwarded: estimated tokens of whole request bodies (UTF-8 bytes / 4); cache hits: the "
-          "provider's cache reads / prompt tokens")
+    print("  sent, forwarded: estimated tokens of the request bodies (UTF-8 bytes / 4), cache markers left out;\n"
+          "    each message goes as first stored (an agent may resend it in another form: a few tokens either way)\n"
+          "  cache hits: the provider's cache reads / prompt tokens")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``context-sidecar wrap [proxy options] claude|codex -- ARGS…``: run an agent through the proxy."""
+"""``context-sidecar wrap [proxy options] claude|codex [ARGS…]``: run an agent through the proxy."""
 
 from __future__ import annotations
 
@@ -11,32 +11,56 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from sidecar.cli.proxy_command import HOST, ProxyOptions, add_options, running
+
+if TYPE_CHECKING:
+    from sidecar.proxy.stats import Problem
 
 log = logging.getLogger(__name__)
 
 AGENTS = ("claude", "codex")
-PROVIDER = "context-sidecar"
-"""The Codex model provider a wrapped run uses (``-c`` overrides: the user's config.toml is not touched)."""
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``wrap``."""
     wrap = commands.add_parser(
         "wrap", parents=[common], help="run Claude Code or Codex through the proxy",
-        usage="context-sidecar wrap [proxy options] {claude,codex} -- ARGS...",
-        description="Start the proxy (or use the one already listening on --port), run the agent with its base URL "
-                    "pointed at it, and stop what was started when the agent exits, with the agent's exit status. "
-                    "claude: ANTHROPIC_BASE_URL. codex: a model provider for this run only, given with -c (the "
-                    "active provider's settings, its base URL at the proxy; the proxy's OpenAI upstream is that "
-                    "provider's base URL unless --openai-upstream says otherwise); config.toml is not changed. "
-                    "The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so "
-                    "that the agent has the terminal to itself.")
+        usage="context-sidecar wrap [proxy options] {claude,codex} [ARGS ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Start the proxy (or use the one already listening on --port), run the agent with its base URL pointed at it,
+and stop what was started when the agent exits, with the agent's exit status. Proxy options go before the
+agent; everything after it is the agent's own (a -- there is dropped).
+
+Where the requests go (a gateway, a local model, a company proxy):
+  claude: ANTHROPIC_BASE_URL is pointed at the proxy; one already set is where the proxy sends claude's
+    requests (--anthropic-upstream wins), so the agent's token goes where it went before.
+  codex: one -c override moves the active provider's base URL to the proxy, and nothing else (config.toml
+    is not changed, and none of its secrets goes on a command line); where it pointed (for the built-in
+    openai provider, openai_base_url or OPENAI_BASE_URL) is where the proxy sends codex's requests
+    (--openai-upstream wins).
+
+Should the proxy not start, the agent runs without it, and wrap says so in one line; should the sidecar not
+be able to store the session (its database locked by another process), wrap says so once.
+
+The proxy's log goes to --log-file (default proxy.log in the per-user log directory), so that the agent has
+the terminal to itself.""",
+        epilog="""\
+examples:
+  context-sidecar wrap claude                                   Claude Code as usual, through the proxy
+  context-sidecar wrap claude -p "fix the failing test"         its arguments after its name
+  ANTHROPIC_BASE_URL=https://llm.example.com context-sidecar wrap claude   through your gateway
+  context-sidecar wrap --anthropic-upstream http://127.0.0.1:4000 claude   or name it here
+  context-sidecar wrap --db /tmp/a.duckdb codex exec "fix the test"       Codex, another database""")
     add_options(wrap)
     wrap.add_argument("agent", choices=AGENTS, help="the agent to run (found on PATH)")
-    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="the agent's own arguments")
+    # Nothing after the agent is required: argparse would list a REMAINDER among the required arguments.
+    wrap.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                      help="the agent's own arguments, as you would give them to it").required = False
 
 
 def default_log() -> Path:
@@ -61,8 +85,36 @@ def running_proxy(port: int) -> dict[str, Any] | None:
     return stats if isinstance(stats, dict) and stats.get("server") == "context-sidecar proxy" else None
 
 
-def codex_provider(env: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """The active Codex provider's base URL and its settings, from $CODEX_HOME/config.toml (read only)."""
+@attrs.define
+class CodexProvider:
+    """The model provider a Codex run uses, as its config.toml (read only) says."""
+
+    name: str
+    base_url: str | None
+    """Where its requests went (the proxy's OpenAI upstream); None for the public API."""
+    defined: bool
+    """A table of the user's ``[model_providers]``: a dotted ``-c`` override moves its base URL, and Codex keeps
+    the rest of it (``http_headers``, ``query_params``, ``env_key``) from the file."""
+
+    def overrides(self, url: str) -> list[str]:
+        """The ``-c`` overrides pointing the provider at the proxy: its base URL alone, so that no secret of its
+        table shows on a command line (``ps``, ``/proc/PID/cmdline``). NotProxied when it cannot be pointed."""
+        from sidecar.agents.tomledit import key_text
+
+        base = json.dumps(f"{url}/openai/v1")
+        if self.defined and "." not in self.name:
+            return ["-c", f"model_providers.{key_text(self.name)}.base_url={base}"]
+        if self.name == "openai" and not self.defined:  # the built-in provider (its own key or login)
+            return ["-c", f"openai_base_url={base}"]
+        raise NotProxied(f"Codex's model provider {self.name!r} cannot be pointed at the proxy by an override")
+
+
+class NotProxied(Exception):
+    """The agent cannot be run through the proxy; the message says why (the agent then runs without it)."""
+
+
+def codex_provider(env: Mapping[str, str]) -> CodexProvider:
+    """The active Codex provider, from $CODEX_HOME/config.toml (read only)."""
     import tomllib
 
     home = Path(env.get("CODEX_HOME") or Path(env.get("HOME") or Path.home()) / ".codex")
@@ -70,72 +122,96 @@ def codex_provider(env: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
         config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         config = {}
-    name = config.get("model_provider") or "openai"
-    provider = dict((config.get("model_providers") or {}).get(name) or {})
-    if not provider and name == "openai":
-        # The built-in provider's fields: `codex login` (auth.json) or, without it, the key in the environment.
-        provider = {"name": "OpenAI", "requires_openai_auth": True, "base_url": env.get("OPENAI_BASE_URL") or None}
-        if not (home / "auth.json").exists() and env.get("OPENAI_API_KEY"):
-            provider["env_key"] = "OPENAI_API_KEY"
-    return provider.pop("base_url", None), provider
+    name = str(config.get("model_provider") or "openai")
+    table = (config.get("model_providers") or {}).get(name)
+    if isinstance(table, dict):
+        return CodexProvider(name, table.get("base_url") or None, True)
+    if name == "openai":
+        return CodexProvider(name, config.get("openai_base_url") or env.get("OPENAI_BASE_URL") or None, False)
+    return CodexProvider(name, None, False)  # another of Codex's built-in providers
 
 
 def agent_command(agent: str, args: list[str], url: str, env: dict[str, str],
-                  provider: dict[str, Any]) -> list[str]:
+                  provider: CodexProvider | None) -> list[str]:
     """The agent's command line, pointed at the proxy (``env`` is updated in place)."""
     binary = shutil.which(agent, path=env.get("PATH"))
     if binary is None:
         raise FileNotFoundError(f"{agent} is not on PATH")
     if agent == "claude":
-        env["ANTHROPIC_BASE_URL"] = url
+        env["ANTHROPIC_BASE_URL"] = f"{url}/anthropic"  # everything under it goes to Anthropic's upstream
         return [binary, *args]
-    from sidecar.agents.tomledit import value_text
+    assert provider is not None
+    return [binary, *provider.overrides(url), *args]
 
-    entry = {"name": PROVIDER, "wire_api": "responses", **provider, "base_url": f"{url}/v1"}
-    overrides = ["-c", f"model_provider={json.dumps(PROVIDER)}",
-                 "-c", f"model_providers.{PROVIDER}={value_text(entry)}"]
-    return [binary, *overrides, *args]
+
+def say(text: str) -> None:
+    """One line on the terminal the agent uses."""
+    print(f"context-sidecar wrap: {text}", file=sys.stderr, flush=True)
 
 
 def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: bool) -> int:
-    """Run the agent through a proxy; returns its exit status (128 + N when a signal ended it)."""
+    """Run the agent through a proxy (without one, said in a line, when none can serve it); returns its exit
+    status (128 + N when a signal ended it)."""
     import asyncio
 
     if args[:1] == ["--"]:
         args = args[1:]
     env = dict(os.environ)
-    provider: dict[str, Any] = {}
+    if shutil.which(agent, path=env.get("PATH")) is None:
+        say(f"{agent} is not on PATH")
+        return 127
+    provider: CodexProvider | None = None
     # The agent's own base URL (a gateway, say) is where its requests went: the proxy sends them there.
     if agent == "claude" and options.anthropic_upstream is None and env.get("ANTHROPIC_BASE_URL"):
         options.anthropic_upstream = env["ANTHROPIC_BASE_URL"]
     if agent == "codex":
-        base, provider = codex_provider(env)
-        if options.openai_upstream is None and base:
-            options.openai_upstream = base
+        provider = codex_provider(env)
+        if options.openai_upstream is None and provider.base_url:
+            options.openai_upstream = provider.base_url
 
     async def main() -> int:
+        if provider is not None:
+            try:
+                provider.overrides("")
+            except NotProxied as error:
+                say(f"{error}: running {agent} without the proxy (nothing is stored)")
+                return await run_agent(agent, args, None, env, provider)
         found = running_proxy(options.port)
         if found is not None:
             problem = mismatch(found, options, agent)
             if problem:
-                print(f"context-sidecar wrap: the proxy on port {options.port} {problem}; stop it or choose another "
-                      "--port", file=sys.stderr)
+                say(f"the proxy on port {options.port} {problem}; stop it or choose another --port")
                 return 2
+            trouble = found.get("problem") or {}
+            if trouble.get("message") and not trouble.get("resolvedAt"):
+                say(f"the sidecar of the proxy on port {options.port} cannot store sessions ({trouble['message']}): "
+                    f"{agent}'s requests go to its provider as it sends them")
             return await run_agent(agent, args, f"http://{HOST}:{options.port}", env, provider)
         if not port_given:
             options.port = 0 if _taken(options.port) else options.port
-        async with running(options) as app:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                app = await stack.enter_async_context(running(options))
+            except Exception as error:  # the agent runs all the same
+                log.exception("the proxy could not start")
+                why = f"cannot listen on {HOST}:{options.port}: {error.strerror or error}" \
+                    if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+                say(f"the proxy could not start ({why}): running {agent} without it (nothing is stored)")
+                return await run_agent(agent, args, None, env, provider)
+            said: list[str] = []
+
+            def tell(problem: Problem) -> None:
+                if not said:  # once: the rest is in `context-sidecar status` and the log
+                    said.append(problem.message)
+                    say(f"the sidecar cannot store this session ({problem.message}): {agent}'s requests go to its "
+                        f"provider as it sends them; `context-sidecar status --port {app.port}` shows it")
+
+            app.proxy.stats.on_problem = tell
+            if app.proxy.stats.problem is not None:
+                tell(app.proxy.stats.problem)
             return await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
 
-    try:
-        return asyncio.run(main())
-    except FileNotFoundError as error:
-        print(f"context-sidecar wrap: {error}", file=sys.stderr)
-        return 127
-    except OSError as error:
-        print(f"context-sidecar wrap: cannot listen on {HOST}:{options.port}: {error.strerror or error}",
-              file=sys.stderr)
-        return 1
+    return asyncio.run(main())
 
 
 def mismatch(found: dict[str, Any], options: ProxyOptions, agent: str) -> str | None:
@@ -162,12 +238,14 @@ def _taken(port: int) -> bool:
         return probe.connect_ex((HOST, port)) == 0
 
 
-async def run_agent(agent: str, args: list[str], url: str, env: dict[str, str], provider: dict[str, Any]) -> int:
-    """Run the agent on the terminal; Ctrl-C is the agent's to handle (the wrapper waits for it)."""
+async def run_agent(agent: str, args: list[str], url: str | None, env: dict[str, str],
+                    provider: CodexProvider | None) -> int:
+    """Run the agent on the terminal, pointed at the proxy at ``url`` (None: as it is); Ctrl-C is the agent's to
+    handle (the wrapper waits for it)."""
     import asyncio
     import signal
 
-    command = agent_command(agent, args, url, env, provider)
+    command = agent_command(agent, args, url, env, provider) if url is not None else [agent, *args]
     loop = asyncio.get_running_loop()
     process = await asyncio.create_subprocess_exec(*command, env=env)
     loop.add_signal_handler(signal.SIGINT, lambda: None)  # the terminal sends it to the agent too

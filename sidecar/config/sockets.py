@@ -8,6 +8,8 @@ import os
 import stat
 from pathlib import Path
 
+from sidecar.config.database import is_url, key
+
 MEMORY = ":memory:"
 RUN_USER = "/run/user/{uid}"
 
@@ -48,8 +50,8 @@ def _checked(path: Path) -> Path:
 
 
 def database_key(db_path: str) -> str:
-    """The database's real path, as the host and every relay name it."""
-    return os.path.realpath(os.path.expanduser(db_path))
+    """The database as the host and every relay name it: a file's real path, a URL without its password."""
+    return key(db_path)
 
 
 def socket_path(db_path: str) -> Path:
@@ -65,13 +67,13 @@ def lock_path(socket: Path) -> Path:
 
 def check_owner(db_path: str) -> None:
     """ShareError when the database file exists and belongs to another user."""
-    if db_path == MEMORY:
+    if db_path == MEMORY or is_url(db_path):
         return
-    key = database_key(db_path)
+    path = database_key(db_path)
     try:
-        owner = os.stat(key).st_uid
+        owner = os.stat(path).st_uid
     except OSError:
         return  # not there yet: it is created as this user
     if owner != os.getuid():
-        raise ShareError(f"database {key} is owned by uid {owner}, not by this user (uid {os.getuid()}); "
+        raise ShareError(f"database {path} is owned by uid {owner}, not by this user (uid {os.getuid()}); "
                          "copy it, or run context-sidecar as its owner")

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from sidecar.config.database import PasswordMask
 from sidecar.mcp.host import HostLink, sidecar_command
 from sidecar.mcp.server import MAX_LINE, McpServer
 
@@ -72,6 +73,7 @@ async def _serve(stdout: Any, db: str | None, settings: dict[str, Any] | None, l
         with contextlib.suppress(ValueError, NotImplementedError):
             loop.add_signal_handler(signum, finish, signal.Signals(signum).name)
     handler = ClientLogHandler(server, loop)
+    handler.addFilter(PasswordMask())
     logging.getLogger("sidecar").addHandler(handler)
     try:
         why = await finished

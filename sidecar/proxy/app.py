@@ -14,8 +14,9 @@ import attrs
 from sidecar import __version__
 from sidecar.proxy.adapters.base import Adapter, BadRequest, Recorded, Recorder, Request
 from sidecar.proxy.conversation import Conversation, Prepared
-from sidecar.proxy.core import Proxy, forget
+from sidecar.proxy.core import Proxy, forget, reason
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
+from sidecar.proxy.routes import ANTHROPIC, JSON, Route, Routes
 from sidecar.proxy.seen import Seen
 from sidecar.proxy.upstream import Upstream, join, response_headers
 
@@ -34,7 +35,9 @@ PREPARE_TIMEOUT = 60.0
 """Seconds the sidecar may take over a request before it goes upstream as the agent sent it: a full compaction of a
 long session by an LLM summarizer usually fits, and the agents' own timeouts (the SDKs' 10 minutes, Codex's 5
 minutes of an idle stream) are far off."""
-JSON = [("content-type", "application/json")]
+REFUSED = frozenset({400, 413, 422})
+"""Statuses by which a provider refuses a body (not the key, the rate or the model): a managed request refused so is
+sent again as the agent sent it."""
 SERVER_NAME = "context-sidecar proxy"
 
 
@@ -50,13 +53,12 @@ class Upstreams:
 class App:
     """Serves the agent's requests."""
 
-    def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, adapters: dict[str, Adapter],
+    def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, routes: Routes,
                  storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT) -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.upstreams = upstreams
-        self.adapters = adapters
-        """By route: ``POST <path>`` → the adapter of that API."""
+        self.routes = routes
         self.storage = storage
         self.prepare_timeout = prepare_timeout
         self.port: int | None = None
@@ -66,29 +68,43 @@ class App:
         if request.method == "GET" and request.path == "/stats":
             await responder.whole(200, JSON, json.dumps(self.stats(), indent=2).encode())
             return
-        if request.method in ("GET", "HEAD") and request.path == "/":
+        route = self.routes.route(request.method, request.target)
+        if request.method in ("GET", "HEAD") and route.path == "/":
             # Agents check that their base URL answers (Claude Code sends HEAD /): the proxy itself does.
             body = b"" if request.method == "HEAD" else f"{SERVER_NAME}: see GET /stats\n".encode()
             await responder.whole(200, [("content-type", "text/plain")], body)
             return
-        adapter = self.adapters.get(f"{request.method} {request.path}")
-        if adapter is None:
-            await self.forward(request, responder, None, None, request.body)
+        if route.provider is None:
+            log.info("%s %s: no such route, answered 404", request.method, route.path)
+            message = (f"{SERVER_NAME}: no route {request.method} {route.path} (a base URL that ends in /anthropic "
+                       "or /openai sends everything to that provider)")
+            await responder.whole(404, JSON, self.routes.error_body(request, route, 404, message))
             return
-        try:
-            prepared: Prepared | None = await self.prepare(adapter, request)
-        except BadRequest as error:
-            log.info("%s %s: answered 400 (%s); nothing stored", request.method, request.path, error.message)
-            await responder.whole(400, JSON, adapter.error_body(400, error.message))
-            return
-        except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
-            log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, request.path,
-                        type(error).__name__, error)
-            self.proxy.stats.unmanaged(UNKNOWN_SESSION, len(request.body))
-            prepared = None
-        await self.forward(request, responder, adapter, prepared, prepared.body if prepared else request.body)
+        prepared: Prepared | None = None
+        encoding = request.header("content-encoding")
+        if route.adapter is None:
+            pass  # not assembled: it passes through
+        elif encoding and encoding.strip().lower() != "identity":
+            self._unmanaged(request, f"content-encoding {encoding}")
+        else:
+            try:
+                prepared = await self.prepare(route.adapter, route.path, request)
+            except BadRequest as error:  # the provider is the judge of what it accepts
+                self._unmanaged(request, f"the proxy cannot read it ({error.message})")
+            except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
+                log.warning("%s %s: forwarded as the agent sent it (%s: %s)", request.method, route.path,
+                            type(error).__name__, error)
+                self.proxy.stats.unmanaged(UNKNOWN_SESSION, request.body)
+                self.proxy.stats.failed(reason(error))
+        await self.forward(request, responder, route, prepared)
 
-    async def prepare(self, adapter: Adapter, request: HttpRequest) -> Prepared:
+    def _unmanaged(self, request: HttpRequest, why: str) -> None:
+        """A request the proxy leaves as it is: counted, and the log says why."""
+        session = next((value for name in SESSION_HEADERS if (value := request.header(name))), UNKNOWN_SESSION)
+        log.info("%s %s: forwarded as the agent sent it, unmanaged: %s", request.method, request.path, why)
+        self.proxy.stats.unmanaged(session, request.body)
+
+    async def prepare(self, adapter: Adapter, path: str, request: HttpRequest) -> Prepared:
         """Read the body and let the core store and assemble it, within ``prepare_timeout`` (else the request goes
         upstream as the agent sent it)."""
         parsed, seen = self.proxy.reader.read(adapter, request.body)
@@ -99,7 +115,7 @@ class App:
             # Claude Code's title and topic calls carry its session id but no tools: not the agent's conversation.
             self.proxy.stats.side(conversation.session_id)
             return Prepared(request.body, conversation, None, parsed.stream)
-        work = asyncio.ensure_future(self._locked(adapter, request.path, parsed, seen, conversation))
+        work = asyncio.ensure_future(self._locked(adapter, path, parsed, seen, conversation))
         done, _ = await asyncio.wait((work,), timeout=self.prepare_timeout)
         if work in done:
             return work.result()
@@ -107,7 +123,7 @@ class App:
         forget(work)
         log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
                     conversation.session_id, self.prepare_timeout)
-        self.proxy.stats.unmanaged(conversation.session_id, len(request.body))
+        self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
@@ -118,39 +134,62 @@ class App:
                 return await self.proxy.count(adapter, parsed, seen, conversation)
             return await self.proxy.prepare(adapter, parsed, seen, conversation)
 
-    async def forward(self, request: HttpRequest, responder: Responder, adapter: Adapter | None,
-                      prepared: Prepared | None, body: bytes) -> None:
-        """Send the request upstream and its answer back unchanged; record the answer when it is complete."""
-        anthropic = adapter.name == "anthropic" if adapter is not None else _anthropic(request)
+    async def forward(self, request: HttpRequest, responder: Responder, route: Route,
+                      prepared: Prepared | None) -> None:
+        """Send the request upstream and its answer back unchanged; record the answer when it is complete.
+
+        Should the provider refuse the sidecar's context (its status says so before a byte goes back), the request
+        is sent once more as the agent sent it, unmanaged.
+        """
+        anthropic = route.provider == ANTHROPIC
         base = self.upstreams.anthropic if anthropic else self.upstreams.openai
-        url = join(base, request.target, strip_version=not anthropic)
-        try:
-            async with self.upstream.send(request.method, url, request.headers, body) as response:
-                recorder = None
-                if adapter is not None and prepared is not None and prepared.branch is not None \
-                        and response.status_code == 200 and "content-encoding" not in response.headers:
-                    recorder = adapter.recorder(prepared.stream)
-                await responder.start(response.status_code, response_headers(response.headers))
-                async for chunk in response.aiter_raw():
-                    if recorder is not None:
-                        recorder = _fed(recorder, chunk)
-                    await responder.send(chunk)
-                recorded = _finished(recorder)
-                if recorded is not None and adapter is not None and prepared is not None:
-                    # Sent to the host before the agent has the whole answer (never waiting for the host): a
-                    # client that reads the session once it has the answer finds it there.
-                    await self.proxy.answers.record(adapter, prepared, recorded)
-        except self.upstream.errors as error:
-            if responder.started:
-                # The upstream dropped the answer midway: the agent sees its connection dropped too.
-                log.warning("%s: the upstream's answer broke off: %s", url, error)
-                raise ClientGone(f"upstream broke off: {error}") from None
-            log.warning("%s unreachable: %s", url, error)
-            message = f"context-sidecar proxy: the upstream {base} is unreachable ({type(error).__name__}: {error})"
-            await responder.whole(502, JSON, adapter.error_body(502, message) if adapter is not None else
-                                  json.dumps({"error": {"message": message, "type": "upstream_unreachable"}}).encode())
-            return
+        url = join(base, route.target, strip_version=not anthropic)
+        while True:
+            body = prepared.body if prepared is not None else request.body
+            try:
+                async with self.upstream.send(request.method, url, request.headers, body) as response:
+                    if prepared is not None and _refused(prepared, request.body, response.status_code):
+                        await self._refusal(prepared, request.body, response)
+                        prepared = None
+                        continue
+                    await self._relay(response, responder, route.adapter, prepared)
+            except self.upstream.errors as error:
+                if responder.started:
+                    # The upstream dropped the answer midway: the agent sees its connection dropped too.
+                    log.warning("%s: the upstream's answer broke off: %s", url, error)
+                    raise ClientGone(f"upstream broke off: {error}") from None
+                log.warning("%s unreachable: %s", url, error)
+                message = f"{SERVER_NAME}: the upstream {base} is unreachable ({type(error).__name__}: {error})"
+                await responder.whole(502, JSON, self.routes.error_body(request, route, 502, message))
+                return
+            break
         await responder.end()
+
+    async def _refusal(self, prepared: Prepared, sent: bytes, response: Any) -> None:
+        """The provider refused the body the proxy made: counted unmanaged, and the log says why."""
+        assert prepared.branch is not None
+        reason = _error_message(await response.aread())
+        log.warning("session %s: the provider refused the sidecar's context (%d: %s); sent again as the agent sent it",
+                    prepared.branch.session_id, response.status_code, reason)
+        self.proxy.stats.refused(prepared.branch.session_id, sent, prepared.body)
+
+    async def _relay(self, response: Any, responder: Responder, adapter: Adapter | None,
+                     prepared: Prepared | None) -> None:
+        """The upstream's answer to the agent as it comes, recorded as it passes."""
+        recorder = None
+        if adapter is not None and prepared is not None and prepared.branch is not None \
+                and response.status_code == 200 and "content-encoding" not in response.headers:
+            recorder = adapter.recorder(prepared.stream)
+        await responder.start(response.status_code, response_headers(response.headers))
+        async for chunk in response.aiter_raw():
+            if recorder is not None:
+                recorder = _fed(recorder, chunk)
+            await responder.send(chunk)
+        recorded = _finished(recorder)
+        if recorded is not None and adapter is not None and prepared is not None:
+            # Sent to the host before the agent has the whole answer (never waiting for the host): a client that
+            # reads the session once it has the answer finds it there.
+            await self.proxy.answers.record(adapter, prepared, recorded)
 
     def stats(self) -> dict[str, Any]:
         """What GET /stats answers."""
@@ -158,12 +197,23 @@ class App:
                 "storage": self.storage, "upstreams": {"anthropic": self.upstreams.anthropic,
                                                        "openai": self.upstreams.openai},
                 "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
+                "problem": problem.as_json() if (problem := self.proxy.stats.problem) is not None else None,
                 "sessions": self.proxy.stats.as_json()}
 
 
-def _anthropic(request: HttpRequest) -> bool:
-    """Whether a request the proxy does not assemble is for Anthropic's API."""
-    return request.path.startswith("/v1/messages") or request.header("anthropic-version") is not None
+def _refused(prepared: Prepared, agent_body: bytes, status: int) -> bool:
+    """Whether the provider refused a body the proxy made (one that differs from the agent's)."""
+    return prepared.branch is not None and status in REFUSED and prepared.body != agent_body
+
+
+def _error_message(body: bytes) -> str:
+    """An API error's message (Anthropic and OpenAI both say it in ``error.message``), else the body's start."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, TypeError, KeyError):
+        message = body.decode("utf-8", "replace")
+    text = " ".join(str(message).split())
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _fed(recorder: Recorder, chunk: bytes) -> Recorder | None:

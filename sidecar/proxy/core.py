@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 FORK_ATTEMPTS = 4
 OPENING_ROLES = ("system", "developer")
 """A derived session id takes these leading messages and the first after them: the system prompt alone is shared."""
+CHECK_SESSION = "(proxy check)"
+"""A session id no one uses: asking for its usage opens the database and answers 'unknown session'."""
 
 
 class Proxy:
@@ -68,6 +70,18 @@ class Proxy:
                 for branch in conversation.branches:
                     branch.forget_prompt()
 
+    async def check(self) -> None:
+        """Ask the host for what needs the database (a session's usage): a sidecar that cannot take requests (its
+        database locked by another process, say) is a problem in the figures before the first request."""
+        try:
+            await self.connected()
+            await self.client.request(methods.CONTEXT_USAGE, {"sessionId": CHECK_SESSION})
+        except SidecarRequestError as error:
+            if error.code != codes.UNKNOWN_SESSION:  # the answer of a sidecar whose database is open
+                self.stats.failed(reason(error), requests=0)
+        except Exception as error:
+            self.stats.failed(reason(error), requests=0)
+
     def _on_compact(self, event: t.DidCompactParams) -> None:
         self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
         self._compacted(event.session_id)
@@ -92,7 +106,7 @@ class Proxy:
         """
         body = request.body.raw
         if not adapter.manageable(request.values):
-            self.stats.unmanaged(conversation.session_id, len(body))
+            self.stats.unmanaged(conversation.session_id, body)
             return Prepared(body, conversation, None, request.stream)
         self._check_model(request.model)
         try:
@@ -106,10 +120,11 @@ class Proxy:
         except Exception as error:  # the host's, or the sidecar's own: the agent never breaks
             log.warning("session %s: forwarded as the agent sent it (%s: %s)", conversation.session_id,
                         type(error).__name__, error)
-            self.stats.unmanaged(conversation.session_id, len(body))
+            self.stats.unmanaged(conversation.session_id, body)
+            self.stats.failed(reason(error))
             return Prepared(body, conversation, None, request.stream)
-        self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, len(body),
-                           len(forwarded))
+        self.stats.request(branch.session_id, conversation.session_id, adapter.name, request.model, body,
+                           forwarded)
         return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
 
     async def _managed(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen
@@ -332,6 +347,11 @@ async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) 
         return otherwise
     await sent[0]
     return sent[1]
+
+
+def reason(error: BaseException) -> str:
+    """Why the sidecar failed a request, in a line."""
+    return error.message if isinstance(error, SidecarRequestError) else f"{type(error).__name__}: {error}"
 
 
 def forget(future: asyncio.Future[Any]) -> None:

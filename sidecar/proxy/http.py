@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 20
 MAX_BODY = 256 * 1024 * 1024
+Headers = list[tuple[str, str]] | list[tuple[bytes, bytes]]
+"""Response headers: text, or the upstream's bytes as they came (a value need not be ASCII)."""
 
 
 @attrs.define
@@ -56,10 +58,10 @@ class Responder:
         self.head = False
         """The request was HEAD: no body goes back."""
 
-    async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
+    async def start(self, status: int, headers: Headers) -> None:
         """Send the status line and headers."""
-        self.started = True
         await self._write(h11.Response(status_code=status, headers=headers))
+        self.started = True
 
     async def send(self, data: bytes) -> None:
         """Send part of the body; raises ClientGone when the client left."""
@@ -92,10 +94,19 @@ class Responder:
 
 
 Handler = Callable[[HttpRequest, Responder], Awaitable[None]]
+Failure = Callable[[HttpRequest, str], tuple[list[tuple[str, str]], bytes]]
+"""The headers and body of the 502 that answers a request whose handler failed unexpectedly."""
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler) -> None:
-    """Serve one connection until the client closes it."""
+def plain_failure(request: HttpRequest, message: str) -> tuple[list[tuple[str, str]], bytes]:
+    """A 502 in plain text."""
+    return [("content-type", "text/plain; charset=utf-8")], message.encode()
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler,
+                failure: Failure = plain_failure) -> None:
+    """Serve one connection until the client closes it; a handler's unexpected error is answered 502 (``failure``)
+    when nothing of the response went yet, else the connection is dropped (all that tells the client then)."""
     connection = h11.Connection(h11.SERVER)
     try:
         while True:
@@ -110,6 +121,13 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hand
                 await handler(request, responder)
             except ClientGone:
                 log.info("%s %s: the client left before the response was complete", request.method, request.target)
+            except Exception as error:
+                log.exception("%s %s: unexpected error", request.method, request.target)
+                if not responder.started:
+                    headers, body = failure(request, f"context-sidecar proxy: unexpected error ({type(error).__name__}"
+                                                     f": {error}); see the proxy's log")
+                    with contextlib.suppress(ClientGone):
+                        await responder.whole(502, headers, body)
             finally:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -167,6 +185,6 @@ async def _watch(reader: asyncio.StreamReader, connection: h11.Connection, gone:
         connection.receive_data(data)
 
 
-async def start_server(handler: Handler, host: str, port: int) -> asyncio.Server:
+async def start_server(handler: Handler, host: str, port: int, failure: Failure = plain_failure) -> asyncio.Server:
     """Listen on host:port (0: any free port)."""
-    return await asyncio.start_server(lambda r, w: serve(r, w, handler), host, port, limit=READ_SIZE)
+    return await asyncio.start_server(lambda r, w: serve(r, w, handler, failure), host, port, limit=READ_SIZE)

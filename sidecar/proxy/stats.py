@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -12,6 +13,31 @@ from sidecar.proxy.adapters.base import Recorded
 
 BYTES_PER_TOKEN = 4
 """The sidecar's estimate (sidecar/engine/tokens.py): UTF-8 bytes / 4."""
+CACHE_MARKER = b'"cache_control"'
+
+
+def prompt_tokens(body: bytes) -> int:
+    """Estimated tokens of a request body, its cache markers left out.
+
+    A marker (``"cache_control": {…}``, with the comma that joins it) only steers the provider's cache, which bills
+    no token for it; and the proxy puts its own markers where the agent had others. Counted, they made a
+    conversation forwarded whole look larger than the agent's request.
+    """
+    size = len(body)
+    start = body.find(CACHE_MARKER)
+    while start != -1:
+        end = body.find(b"}", start) + 1  # a marker's value is a flat object
+        if end == 0:
+            break
+        before = len(body[:start].rstrip())
+        if before and body[before - 1:before] == b",":
+            start = before - 1
+        else:  # the object's first member: the comma after it goes with it
+            after = len(body) - len(body[end:].lstrip())
+            end = after + 1 if body[after:after + 1] == b"," else end
+        size -= end - start
+        start = body.find(CACHE_MARKER, end)
+    return math.ceil(size / BYTES_PER_TOKEN)
 
 
 @attrs.define
@@ -24,13 +50,14 @@ class SessionStats:
     model: str | None = None
     requests: int = 0
     unmanaged: int = 0
-    """Requests forwarded as the agent sent them (the host failed them, or the API keeps the conversation)."""
+    """Requests forwarded as the agent sent them (the host failed them, the proxy could not read them, the provider
+    refused the sidecar's context, or the API keeps the conversation)."""
     side: int = 0
     """The agent's side calls (no tools: Claude Code's titles, topics), forwarded as they are, not stored."""
     agent_tokens: int = 0
-    """Estimated tokens of the bodies the agent sent."""
+    """Estimated tokens of the bodies the agent sent (``prompt_tokens``)."""
     forwarded_tokens: int = 0
-    """Estimated tokens of the bodies forwarded upstream."""
+    """Estimated tokens of the bodies forwarded upstream, counted alike."""
     input_tokens: int = 0
     """The provider's figures, summed over its answers: uncached input, cache reads and writes, output."""
     cache_read_tokens: int = 0
@@ -58,8 +85,26 @@ class SessionStats:
             "cacheWriteTokens": self.cache_write_tokens, "outputTokens": self.output_tokens,
             "cacheHitRate": self.cache_hit_rate(), "compactions": self.compactions,
             "compactedTokens": self.compacted_tokens,
-            "lastRequestAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_request)),
+            "lastRequestAt": _iso(self.last_request),
         }
+
+
+@attrs.define
+class Problem:
+    """Why the sidecar could not take the agent's requests, which went upstream as the agent sent them."""
+
+    message: str
+    since: float
+    last: float
+    requests: int = 0
+    """Requests it sent upstream unmanaged."""
+    resolved: float | None = None
+    """When a request was managed again (None: not yet)."""
+
+    def as_json(self) -> dict[str, Any]:
+        """As /stats shows it."""
+        return {"message": self.message, "requests": self.requests, "since": _iso(self.since),
+                "last": _iso(self.last), "resolvedAt": _iso(self.resolved) if self.resolved is not None else None}
 
 
 class Stats:
@@ -68,6 +113,21 @@ class Stats:
     def __init__(self) -> None:
         self.sessions: dict[str, SessionStats] = {}
         self.started = time.time()
+        self.problem: Problem | None = None
+        """The latest reason the sidecar could not take requests."""
+        self.on_problem: Callable[[Problem], None] | None = None
+        """Told of each new problem (``wrap`` says the first on the terminal)."""
+
+    def failed(self, message: str, requests: int = 1) -> None:
+        """The sidecar could not take ``requests`` requests (0: a check found it so), for this reason."""
+        now = time.time()
+        problem = self.problem
+        if problem is None or problem.resolved is not None or problem.message != message:
+            problem = self.problem = Problem(message, now, now)
+            if self.on_problem is not None:
+                self.on_problem(problem)
+        problem.requests += requests
+        problem.last = now
 
     def _session(self, session_id: str, agent_session: str | None = None) -> SessionStats:
         found = self.sessions.get(session_id)
@@ -75,24 +135,34 @@ class Stats:
             found = self.sessions[session_id] = SessionStats(session_id, agent_session or session_id.split("~")[0])
         return found
 
-    def request(self, session_id: str, agent_session: str, provider: str, model: str | None, sent: int,
-                forwarded: int) -> None:
-        """A request forwarded with the assembled context: ``sent`` and ``forwarded`` body bytes."""
+    def request(self, session_id: str, agent_session: str, provider: str, model: str | None, sent: bytes,
+                forwarded: bytes) -> None:
+        """A request forwarded with the assembled context: the body the agent ``sent`` and the one ``forwarded``."""
         entry = self._session(session_id, agent_session)
         entry.provider, entry.model = provider, model
         entry.requests += 1
-        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
-        entry.forwarded_tokens += math.ceil(forwarded / BYTES_PER_TOKEN)
+        if self.problem is not None and self.problem.resolved is None:
+            self.problem.resolved = time.time()
+        entry.agent_tokens += prompt_tokens(sent)
+        entry.forwarded_tokens += prompt_tokens(forwarded)
         entry.last_request = time.time()
 
-    def unmanaged(self, agent_session: str, sent: int) -> None:
+    def unmanaged(self, agent_session: str, sent: bytes) -> None:
         """A request forwarded as the agent sent it."""
         entry = self._session(agent_session, agent_session)
         entry.requests += 1
         entry.unmanaged += 1
-        entry.agent_tokens += math.ceil(sent / BYTES_PER_TOKEN)
-        entry.forwarded_tokens += math.ceil(sent / BYTES_PER_TOKEN)
+        tokens = prompt_tokens(sent)
+        entry.agent_tokens += tokens
+        entry.forwarded_tokens += tokens
         entry.last_request = time.time()
+
+    def refused(self, session_id: str, sent: bytes, forwarded: bytes) -> None:
+        """A request forwarded with the assembled context that the provider refused, sent again as the agent sent it
+        (``sent``; ``forwarded``: the refused body)."""
+        entry = self._session(session_id)
+        entry.unmanaged += 1
+        entry.forwarded_tokens += prompt_tokens(sent) - prompt_tokens(forwarded)
 
     def side(self, agent_session: str) -> None:
         """An agent's side call forwarded as it is (not counted in ``requests``)."""
@@ -121,3 +191,7 @@ class Stats:
         """Every session, the most recently used first."""
         ordered = sorted(self.sessions.values(), key=lambda entry: entry.last_request, reverse=True)
         return [entry.as_json() for entry in ordered]
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))

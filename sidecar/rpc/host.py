@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sidecar.config.database import PasswordMask
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, Settings, StorageSettings
 from sidecar.config.sockets import ShareError, check_owner, database_key, lock_path
 from sidecar.framing import FrameReader
@@ -136,6 +137,7 @@ class ConnectionLog(logging.Filter):
         handler.setLevel(logging.WARNING - 10 * max(0, min(verbose, 2)))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [host]: %(message)s"))
         handler.addFilter(ConnectionLog(number))
+        handler.addFilter(PasswordMask())
         root = logging.getLogger()
         if handler.level < root.getEffectiveLevel():
             for own in root.handlers:  # the host's own log keeps its level
@@ -203,6 +205,12 @@ class Host:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         self._idle_soon()
+        store = self.sidecar.open_store
+        if store is not None:  # a team database's other hosts write too: their changes reach our followers
+            def heard(session_id: str | None) -> None:
+                loop.call_soon_threadsafe(self.changed_elsewhere, session_id)
+
+            store.listen(heard)
         try:
             await self._done
         finally:
@@ -297,10 +305,12 @@ class Host:
             peer, rest = await self._handshake(sock)
             if peer is None:
                 return
+            # Answered before the server is built: the first one waits for the handlers' import (pygls), which
+            # took over the relay's HANDSHAKE_WAIT on a loaded machine, and the relay judged this no host.
+            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             handler = ConnectionLog.handler(number, peer)
             server = self._server(peer)
             self.servers.add(server)
-            await asyncio.get_running_loop().sock_sendall(sock, handshake.hello("host", pid=os.getpid()))
             log.info("connection %d: relay pid %s in %s", number, peer.get("pid"), peer.get("cwd"))
             reader = FrameReader()
             reader.feed(rest)
@@ -388,6 +398,25 @@ class Host:
                 await asyncio.wait(late)
         for _ in range(2):
             await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
+
+    def changed_elsewhere(self, session_id: str | None) -> None:
+        """Another host changed a session (None: any may have changed): its followers here get its usage."""
+        store = self.sidecar.open_store
+        if store is None:
+            return
+        wanted = [session_id] if session_id is not None else sorted(
+            {sid for server in self.servers for sid in server.touched_sessions | server.following_sessions})
+        for sid in wanted:
+            try:
+                session = store.session(sid)
+            except Exception as error:  # the server may be gone again; the next notification tries anew
+                log.info("reading %s after another host's change: %s", sid, error)
+                return
+            if session is None:
+                continue
+            usage = self.sidecar.usage(session)
+            for server in self.watchers(None, sid):
+                server.push_usage(usage)
 
     def watchers(self, origin: Any, session_id: str) -> list[Any]:
         """The other connections following a session: they worked on it, or follow it or its workspace."""

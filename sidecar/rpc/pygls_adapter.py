@@ -15,7 +15,7 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 from protocol import errors as codes
 from protocol import methods
 from sidecar.framing import frame_body
-from sidecar.rows import StorageFailure
+from sidecar.rows import StorageFailure, StorageUnavailable
 from sidecar.services.errors import SidecarError
 from sidecar.services.state import Sidecar
 from sidecar.wire import RawJSON, dumps, utf8
@@ -87,7 +87,10 @@ class SidecarProtocol(LanguageServerProtocol):
             return
         # pygls would answer -32603 with the traceback in data; we map storage errors and keep tracebacks in logs.
         self._request_futures.pop(msg_id, None)
-        log.error("request %s failed", msg_id, exc_info=error)
+        if isinstance(error, StorageUnavailable):  # said once when the server went away (storage's log)
+            log.info("request %s: %s", msg_id, error)
+        else:
+            log.error("request %s failed", msg_id, exc_info=error)
         self._send_response(msg_id, error=_error_reply(error))
 
     def send_bytes(self, body: bytes) -> None:

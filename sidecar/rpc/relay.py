@@ -25,6 +25,7 @@ from typing import Any
 
 from protocol import errors as codes
 from protocol import methods
+from sidecar.config.database import password
 from sidecar.config.sockets import ShareError, database_key, lock_path, socket_path
 from sidecar.framing import FrameReader, encode, take_frames
 from sidecar.rpc import handshake
@@ -161,6 +162,9 @@ def start_host(db: str, path: Path, memory_limit: str, log_args: list[str]) -> N
     # so the package is found where this process found it, not through the working directory.
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
+    secret = password(db)
+    if secret is not None:  # a URL's password goes to the host as libpq reads it, never on its command line
+        env["PGPASSWORD"] = secret
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                start_new_session=True, close_fds=True, cwd="/", env=env)
     assert process.stdout is not None

@@ -19,7 +19,8 @@ import attrs
 
 from protocol import methods
 from sidecar import __version__
-from sidecar.config.paths import default_storage_path, workspace_path
+from sidecar.config.database import shown
+from sidecar.config.paths import default_database, workspace_path
 from sidecar.config.settings import Settings, read_settings, summarizer_name
 from sidecar.framing import Frame, FrameReader, encode
 
@@ -100,7 +101,7 @@ def _settings_and_storage(params: dict[str, Any], storage_path: str | None) -> t
     settings, _ = read_settings(params.get("initializationOptions"))
     folders = params.get("workspaceFolders") or []
     root = workspace_path(params.get("rootUri"), folders[0]["uri"] if folders else None, params.get("rootPath"))
-    return settings, storage_path or settings.storage.path or default_storage_path(root)
+    return settings, storage_path or settings.storage.path or default_database(root)
 
 
 def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[
 def sidecar_capabilities(served: list[str], summarizer: str, storage: str) -> dict[str, Any]:
     """``capabilities.experimental.contextSidecar`` of the initialize result (the server's and the early one)."""
     return {"protocolVersion": methods.PROTOCOL_VERSION, "methods": served,
-            "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": storage}
+            "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": shown(storage)}
 
 
 def storage_of(message: Any, storage_path: str | None) -> tuple[str, str, bool] | None:

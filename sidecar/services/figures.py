@@ -12,17 +12,12 @@ from sidecar.config.settings import Settings
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is_prunable, prune_step, pruned_total
 from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, step_pays
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
-from sidecar.engine.usage import (
-    compaction_threshold,
-    not_compacted_hint,
-    prompt_budget,
-    usage_figures,
-)
-from sidecar.rows import ItemRow, SessionRow, prune_rule_key
+from sidecar.engine.usage import compaction_threshold, not_compacted_hint, prompt_budget, usage_figures
+from sidecar.rows import ItemRow, SessionRow, StorageUnavailable, prune_rule_key
 from sidecar.services.runtime import Runtime
 
 if TYPE_CHECKING:
-    from sidecar.storage.database import Storage
+    from sidecar.storage.interface import Store
 
 PLACEHOLDER_TOKENS = estimate_text_tokens(PRUNED_PLACEHOLDER + " (id msg_00000000000000000000000000000000)") \
     + MESSAGE_OVERHEAD_TOKENS
@@ -33,7 +28,7 @@ class SessionFigures:
 
     settings: Settings
     runtime: Runtime
-    store: Callable[[], Storage]
+    store: Callable[[], Store]
     session: Callable[[str], SessionRow]
 
     def context_window(self, session: SessionRow) -> int:
@@ -165,15 +160,18 @@ class SessionFigures:
         """The session's usage figures and state."""
         window = self.context_window(session)
         source: UsageSource
-        estimate = self.estimated_tokens(session, tail=tail)
+        try:
+            estimate = self.estimated_tokens(session, tail=tail)
+            # Unless pruning may postpone compaction, what it saves still counts toward the threshold.
+            pruned = 0 if self.settings.prune.postpone_compaction else \
+                max(0, self.estimated_tokens(session, prune=False) - estimate)
+        except StorageUnavailable:  # a team database away: the stored totals, unpruned, until it is back
+            estimate, pruned = math.ceil(session.context_tokens * session.calibration), 0
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:
             # The whole prompt, as the provider counts it: with what the client sends beside the context.
             tokens, source = estimate + self.overhead(session), "estimate"
-        # Unless pruning may postpone compaction, what it saves still counts toward the threshold.
-        postpone = self.settings.prune.postpone_compaction
-        pruned = 0 if postpone else max(0, self.estimated_tokens(session, prune=False) - estimate)
         state = self.runtime.get(session.session_id)
         figures = usage_figures(tokens, window, self.settings.compaction, state is not None and state.compacting,
                                 pruned)

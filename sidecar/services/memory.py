@@ -29,7 +29,7 @@ from protocol.types import (
     SessionsResult,
     SessionSummary,
 )
-from sidecar.config.paths import workspace_key
+from sidecar.config.project import of_workspace, project_of
 from sidecar.engine.assembly import is_prunable_output
 from sidecar.engine.footer import session_standing
 from sidecar.engine.messages import check_message, message_row
@@ -84,6 +84,7 @@ def ingest(sidecar: Sidecar, params: IngestParams) -> IngestResult:
                                f"{last!r}, not {params.after or None!r}; nothing was stored", {"lastId": last})
     if sidecar.workspace is not None and (existing is None or existing.workspace is None):
         info["workspace"] = sidecar.workspace
+        info["project"] = project_of(sidecar.workspace)
     calls = _tool_names(params.messages)
     names = dict(calls)
     state = sidecar.runtime.of(params.session_id)
@@ -272,8 +273,8 @@ def sessions(sidecar: Sidecar, workspace: str | None = None) -> SessionsResult:
     """Every stored session (of ``workspace``, if given), most recently updated first."""
     rows = sidecar.store().sessions()
     if workspace is not None:
-        wanted = workspace_key(workspace)
-        rows = [row for row in rows if row.workspace == wanted]
+        belongs = of_workspace(workspace)
+        rows = [row for row in rows if belongs(row)]
     return SessionsResult(sessions=[
         SessionSummary(session_id=row.session_id, messages=row.message_count, summaries=row.summary_count,
                        tokens=sidecar.estimated_tokens(row), updated_at=iso(row.updated_at) or "",

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from protocol import errors as codes
-from sidecar.config.paths import default_storage_path, legacy_workspace_path, workspace_key
+from sidecar.config.database import is_url, shown
+from sidecar.config.paths import default_database, default_storage_path, legacy_workspace_path, workspace_key
 from sidecar.config.settings import Settings
 from sidecar.config.sockets import ShareError, check_owner
 from sidecar.rows import SessionRow, StorageFailure, StorageLocked
@@ -20,7 +21,7 @@ from sidecar.services.figures import SessionFigures
 from sidecar.services.runtime import Runtime
 
 if TYPE_CHECKING:
-    from sidecar.storage.database import Storage
+    from sidecar.storage.interface import Store
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Sidecar(SessionFigures):
     compaction_hooks: bool = False
     notify: Callable[[str, Any], None] = lambda method, params: None
     """Sends a notification to this connection's client (the server sets it)."""
-    _storage: Storage | None = None
+    _storage: Store | None = None
     runtime: Runtime = attrs.field(factory=Runtime)
     """What is kept in memory about each session, shared with the other connections of a host."""
     revision_prefix: str = attrs.field(factory=lambda: uuid.uuid4().hex[:8])
@@ -64,26 +65,26 @@ class Sidecar(SessionFigures):
     def resolve_storage_path(self, workspace_root: str | None) -> str:
         """Fix the database path from --db, then settings, then the workspace; returns it."""
         if self.storage_path is None:
-            self.storage_path = self.settings.storage.path or default_storage_path(workspace_root)
+            self.storage_path = self.settings.storage.path or default_database(workspace_root)
         return self.storage_path
 
-    def store(self) -> Storage:
+    def store(self) -> Store:
         """The open store; opened on first use so a lock held elsewhere is retried on each request."""
         if self._storage is not None and self._storage.invalidated:
             self._reopen(self._storage)
         if self._storage is None:
             path = self.storage_path or self.resolve_storage_path(None)
-            from sidecar.storage.database import Storage  # DuckDB loads on first use, not at start-up
+            from sidecar.storage import open_store  # DuckDB or psycopg loads on first use, not at start-up
 
             try:
                 check_owner(path)
-                self._storage = Storage.open(path, self.settings.storage.memory_limit)
+                self._storage = open_store(path, self.settings.storage.memory_limit)
             except StorageLocked as error:
                 raise SidecarError(codes.STORAGE_LOCKED, str(error), {"path": error.path, "pid": error.pid}) \
                     from error
             except (StorageFailure, ShareError) as error:
-                raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": path}) from error
-            log.info("storage %s opened", path)
+                raise SidecarError(codes.STORAGE_ERROR, str(error), {"path": shown(path)}) from error
+            log.info("storage %s opened", shown(path))
         if self.merge_root is not None:
             root, self.merge_root = self.merge_root, None
             merged = self.merge_legacy(root)
@@ -98,14 +99,16 @@ class Sidecar(SessionFigures):
         session of it is here; a session whose id exists here already is left in it (and the file kept).
         """
         legacy = legacy_workspace_path(workspace_root)
-        if not (self.storage_path and os.path.exists(legacy)) or \
+        if not (self.storage_path and os.path.exists(legacy)) or is_url(self.storage_path) or \
                 os.path.realpath(self.storage_path) != os.path.realpath(default_storage_path()):
             return None
         from sidecar.storage.database import Storage
 
         try:
             Storage.open(legacy, self.settings.storage.memory_limit).close()  # migrated, its WAL folded in
-            copied, left = self.store().merge_file(legacy, workspace_key(workspace_root))
+            store = self.store()
+            assert isinstance(store, Storage)  # a file, as the default database is
+            copied, left = store.merge_file(legacy, workspace_key(workspace_root))
         except (StorageFailure, StorageLocked) as error:
             return f"could not merge {legacy} into {self.storage_path} (tried again next time): {error}"
         if left:
@@ -119,7 +122,7 @@ class Sidecar(SessionFigures):
         if self._storage is not None:
             self._storage.note_failure(error)
 
-    def _reopen(self, store: Storage) -> None:
+    def _reopen(self, store: Store) -> None:
         """Take back a database DuckDB invalidated; until that works, each request answers an error and retries."""
         log.warning("DuckDB invalidated %s; opening it again", store.path)
         try:
@@ -133,7 +136,7 @@ class Sidecar(SessionFigures):
         log.info("storage %s opened again", store.path)
 
     @property
-    def open_store(self) -> Storage | None:
+    def open_store(self) -> Store | None:
         """The store if it is open, without trying to open it."""
         return self._storage
 

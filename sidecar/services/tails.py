@@ -22,7 +22,7 @@ from sidecar.services.errors import SidecarError
 from sidecar.services.state import Sidecar
 
 if TYPE_CHECKING:
-    from sidecar.storage import Storage
+    from sidecar.storage.interface import Store
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class _Peer:
         return asyncio.get_running_loop().create_task(work)
 
 
-def proxy_session(store: Storage, session_id: str) -> str | None:
+def proxy_session(store: Store, session_id: str) -> str | None:
     """The session context-sidecar proxy writes an agent's conversation to: the agent's own session id, or a branch
     of it (``<id>~…``, made when the proxy found the session imported from the transcript first); None when none."""
     for candidate in (session_id, *store.session_ids(session_id + "~")):

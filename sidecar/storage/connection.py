@@ -8,6 +8,7 @@ import re
 
 import duckdb
 
+from sidecar.config.paths import missing_directory
 from sidecar.config.settings import DEFAULT_MEMORY_LIMIT, MEMORY_SIZE
 from sidecar.rows import StorageFailure, StorageLocked
 
@@ -58,9 +59,12 @@ def connect(path: str, memory_limit: str) -> duckdb.DuckDBPyConnection:
     if not MEMORY_SIZE.fullmatch(memory_limit):
         raise StorageFailure(f"memoryLimit {memory_limit!r} is not a size such as {DEFAULT_MEMORY_LIMIT!r}")
     if path != MEMORY:
+        missing = missing_directory(path)
+        if missing:
+            raise StorageFailure(f"cannot open {path}: {missing}")
         directory = os.path.dirname(os.path.abspath(path))
         try:
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(directory, exist_ok=True)  # the per-user data directory, the only one made
         except OSError as error:
             raise StorageFailure(f"cannot open {path}: cannot create its directory {directory}: "
                                  f"{error.strerror}") from error

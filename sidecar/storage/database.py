@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -33,24 +32,27 @@ from sidecar.storage.connection import (
     connect,
     invalidating,
 )
+from sidecar.storage.context_reads import ContextReads
 from sidecar.storage.imports import ImportWrites
 from sidecar.storage.ingest import IngestWrites, prunable_condition
 from sidecar.storage.lineage import LineageQueries
+from sidecar.storage.live import SESSION_COLUMNS, session_from_row, with_live
 from sidecar.storage.merge import MergeFiles
 from sidecar.storage.migrations import MIGRATIONS
+from sidecar.storage.sessions_copy import SessionCopies
 from sidecar.storage.tail import TailCache
 from sidecar.storage.workspace import WorkspaceQueries
 
 log = logging.getLogger(__name__)
 
 
-_SESSION_COLUMNS = ", ".join(f.name for f in attrs.fields(SessionRow) if f.name != "live_count")
 _ITEM_COLUMNS = "position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids"
 _LIVE_ITEM_COLUMNS = "seq, 'message', id, role, tokens, tool_name, tool_call_id, tool_call_ids"
 """A live message read as a context item (see ``SessionRow.live_after``)."""
 
 
-class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFiles, WorkspaceQueries):
+class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFiles, WorkspaceQueries, ContextReads,
+              SessionCopies):
     """A DuckDB database of sessions, messages, summaries and their lineage."""
 
     def __init__(self, db: duckdb.DuckDBPyConnection, path: str, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:
@@ -99,6 +101,13 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def session_lock(self, session_id: str) -> OneProcessLock:
+        """Always free: one process holds the file, and its runtime knows which session it compacts."""
+        return OneProcessLock()
+
+    def listen(self, on_change: Callable[[str | None], None]) -> None:
+        """Nothing to hear: no other process writes the file (it is locked)."""
 
     def migrations(self) -> list[str]:
         """Names of the applied migrations, oldest first."""
@@ -220,11 +229,11 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         cached = self._sessions.get(session_id)
         if cached is not None:
             return cached
-        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?",
+        rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?",
                                 [session_id]).fetchall()
         if not rows:
             return None
-        self._sessions[session_id] = self._with_live(_session(rows[0]))
+        self._sessions[session_id] = self._with_live(session_from_row(rows[0]))
         return self._sessions[session_id]
 
     def _with_live(self, stored: SessionRow) -> SessionRow:
@@ -235,22 +244,14 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
             f"coalesce(sum(tokens) FILTER ({prunable}), 0), min(seq), max(seq), max(created_at) "
             "FROM messages WHERE session_id = ? AND seq > ?",
             [*params, *params, stored.session_id, stored.live_after]).fetchall()[0]
-        if not count:
-            return stored
-        return attrs.evolve(
-            stored, message_count=stored.message_count + count, context_count=stored.context_count + count,
-            context_tokens=stored.context_tokens + tokens, prunable_count=stored.prunable_count + prunable_count,
-            prunable_tokens=stored.prunable_tokens + prunable_tokens,
-            first_position=first if stored.first_position is None else min(first, stored.first_position),
-            last_position=last if stored.last_position is None else max(last, stored.last_position),
-            revision=stored.revision + count, updated_at=max(latest, stored.updated_at), live_count=count)
+        return with_live(stored, count, tokens, prunable_count, prunable_tokens, first, last, latest)
 
     def sessions(self) -> list[SessionRow]:
         """Every session, most recently updated first."""
-        rows = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions").fetchall()
+        rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions").fetchall()
         for row in rows:
             if row[0] not in self._sessions:
-                self._sessions[row[0]] = self._with_live(_session(row))
+                self._sessions[row[0]] = self._with_live(session_from_row(row))
         found = [self._sessions[row[0]] for row in rows]
         return sorted(found, key=lambda session: session.updated_at, reverse=True)
 
@@ -343,41 +344,6 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         rows = self._db.execute(" UNION ALL ".join(parts), params).fetchall()
         rows.sort(key=itemgetter(0))  # cheaper here than ORDER BY
         return [ItemRow._make(row) if row[-1] is None else ItemRow._make((*row[:-1], tuple(row[-1]))) for row in rows]
-
-    def tail(self, session: SessionRow, min_tokens: int, min_count: int,
-             before: int | None = None) -> tuple[list[ItemRow], bool]:
-        """The newest items (older than ``before``) covering ``min_tokens`` and ``min_count``; and whether
-        they reach the start of the context."""
-        if session.last_position is None:
-            return [], True
-        if before is None:
-            cached = self._tails.get(session.session_id, session.revision, min_tokens, min_count)
-            if cached is not None:
-                return cached
-        upto = session.last_position if before is None else before - 1
-        # Positions are global, so a session's items may be spread out; start from its average density.
-        average = session.context_tokens / max(1, session.context_count)
-        span = (session.last_position - (session.first_position or 0) + 1) / max(1, session.context_count)
-        window = int(max(min_tokens / max(average, 1.0), min_count, 64) * 1.25 * span)
-        found: list[ItemRow] = []
-        tokens = 0
-        while True:
-            after = upto - window
-            complete = after < (session.first_position or 0)
-            chunk = self.items(session, None if complete else after, upto)
-            found = chunk + found
-            tokens += sum(item.tokens for item in chunk)
-            if complete or (tokens >= min_tokens and len(found) >= min_count):
-                if before is None:
-                    self._tails.put(session.session_id, session.revision, found, complete)
-                return found, complete
-            upto = after
-            window *= 4
-
-    def items_after(self, session: SessionRow, position: int) -> list[ItemRow]:
-        """The context items newer than ``position``: from the tail cache when it holds them."""
-        cached = self._tails.after(session.session_id, session.revision, position)
-        return cached if cached is not None else self.items(session, after=position)
 
     def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
         """Verbatim JSON of messages by seq."""
@@ -477,11 +443,14 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         return None
 
 
-def _session(row: tuple[Any, ...]) -> SessionRow:
-    values = list(row)
-    metadata_index = 4
-    values[metadata_index] = json.loads(values[metadata_index]) if values[metadata_index] else None
-    return SessionRow(*values)
+class OneProcessLock:
+    """A session's compaction lock in a file only one process opens: nothing to take."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing was taken."""
 
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")

@@ -186,17 +186,18 @@ class IngestWrites:
         return (
             """
             INSERT INTO sessions (session_id, title, model, context_window, metadata, created_at, updated_at,
-                                  prunable_rule, workspace)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  prunable_rule, workspace, project)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (session_id) DO UPDATE SET
                 workspace = coalesce(sessions.workspace, excluded.workspace),
+                project = coalesce(sessions.project, excluded.project),
                 title = coalesce(excluded.title, sessions.title),
                 model = coalesce(excluded.model, sessions.model),
                 context_window = coalesce(excluded.context_window, sessions.context_window),
                 metadata = coalesce(excluded.metadata, sessions.metadata)
             """,
             [session_id, info.get("title"), info.get("model"), info.get("context_window"), metadata, now, now,
-             prune_rule, info.get("workspace")],
+             prune_rule, info.get("workspace"), info.get("project")],
         )
 
     @staticmethod

@@ -9,7 +9,16 @@ from typing import Any
 import attrs
 import duckdb
 
-from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, utcnow
+from sidecar.rows import (
+    AgentCompactionRow,
+    ItemRow,
+    ReplacedSpan,
+    SessionRow,
+    SourceMessage,
+    StorageFailure,
+    SummaryRow,
+    utcnow,
+)
 from sidecar.storage.tail import TailCache
 
 _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_count, earliest_at, latest_at, " \
@@ -17,19 +26,6 @@ _SUMMARY_COLUMNS = "id, kind, depth, content, tokens, source_tokens, message_cou
 _LIST_COLUMNS = {"rules", "rules_left_out"}
 _NULLABLE_TIMES = {"earliest_at", "latest_at"}
 """Summary columns whose bound lists may hold only NULLs, so need a cast; a cast costs, so no other has one."""
-
-
-@attrs.define(frozen=True)
-class ReplacedSpan:
-    """What a compaction replaces: the session's items from ``first`` to ``last`` but ``kept``, and their totals."""
-
-    first: int
-    last: int
-    kept: tuple[int, ...]
-    count: int
-    tokens: int
-    prunable_count: int
-    prunable_tokens: int
 
 
 class LineageQueries:
@@ -98,16 +94,6 @@ class LineageQueries:
             """,
             [session_id, list(message_ids), session_id, session_id]).fetchall()
         return dict(rows)
-
-    def context(self, session: SessionRow) -> list[ItemRow]:
-        """The session's whole current context, in order; from the tail cache when it holds all of it."""
-        if session.first_position is None or session.last_position is None:
-            return []
-        cached = self._tails.get(session.session_id, session.revision, session.context_tokens + 1,
-                                 session.context_count + 1)
-        if cached is not None and cached[1] and len(cached[0]) == session.context_count:
-            return cached[0]
-        return self.items(session)
 
     def source_messages(self, session_id: str, spans: Sequence[tuple[int, int]]) -> list[SourceMessage]:
         """The text and time of the session's messages whose seq lies in one of the (first, last) spans."""

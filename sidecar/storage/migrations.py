@@ -184,6 +184,12 @@ def m008_agent_compactions(db: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m009_session_project(db: duckdb.DuckDBPyConnection) -> None:
+    """The project a session belongs to (its workspace's git remote as host/owner/repo), kept beside the workspace
+    so that a session copied to a team database keeps it; NULL: none known."""
+    db.execute("ALTER TABLE sessions ADD COLUMN project VARCHAR")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_initial", m001_initial),
     ("002_prunable_totals", m002_prunable_totals),
@@ -193,4 +199,5 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("006_session_workspace", m006_session_workspace),
     ("007_prune_frontier", m007_prune_frontier),
     ("008_agent_compactions", m008_agent_compactions),
+    ("009_session_project", m009_session_project),
 ]

@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import sys
 from pathlib import Path
+
+import pytest
 
 from sidecar.client import SidecarClient
 from sidecar.testing import reference_policy
@@ -86,3 +90,98 @@ def test_claude_code_s_title_call_goes_upstream_but_not_into_its_session(claude:
     session = run.output["session_id"]
     sessions, asks = stored(agent_world, db, session, "How does the parser pick a token?")
     assert sessions == [session] and asks == 1  # the conversation, once; the title call is not in it
+
+
+def command_lines_holding(*secrets: bytes) -> list[str]:
+    """Every process's command line (``/proc/PID/cmdline``) that holds one of ``secrets``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            if any(secret in line for secret in secrets):
+                found.append(line.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def test_wrap_codex_puts_none_of_the_provider_s_secrets_on_a_command_line(codex: Codex, agent_world: AgentWorld,
+                                                                          tmp_path: Path) -> None:
+    secrets = (b"header-s3cret", b"query-s3cret")
+    seen: list[list[str]] = []
+
+    def respond(request: object) -> str:
+        seen.append(command_lines_holding(*secrets))  # while Codex, wrap and the proxy's sidecar all run
+        return "answered"
+
+    agent_world.provider.responder = respond
+    codex.config = {"model_providers": {"fake": {"http_headers": {"x-team-token": "header-s3cret"},
+                                                 "query_params": {"key": "query-s3cret"}}}}
+    codex.write_config()
+    env = {**codex.env(), "PATH": os.pathsep.join([str(codex.binary.parent), agent_world.env()["PATH"]])}
+    run = agent_world.run([agent_world.sidecar, "wrap", "--port", "0", "--db", tmp_path / "wrap.duckdb",
+                           "--log-file", tmp_path / "proxy.log", "codex", "--", "exec", "--json",
+                           "--skip-git-repo-check", "hello"], env=env, parse=Codex._parse).check()
+    assert run.text == "answered"
+    assert seen and all(lines == [] for lines in seen), seen
+    request = run.requests[-1]  # the provider's settings still apply: Codex read them from its own config
+    assert request.headers.get("x-team-token") == "header-s3cret" and request.query == {"key": ["query-s3cret"]}
+
+
+def test_wrap_says_once_that_the_sidecar_cannot_store_the_session_and_claude_works_on(
+        claude: Claude, agent_world: AgentWorld, tmp_path: Path) -> None:
+    agent_world.provider.responder = reference_policy(tool="Bash", arguments={"command": COMPUTED})
+    db = tmp_path / "wrap.duckdb"
+
+    async def holding() -> tuple[SidecarClient, int]:
+        holder = await SidecarClient.spawn(command=[sys.executable, "-m", "sidecar", "--no-share"], db=str(db),
+                                           env=agent_world.env())
+        await holder.sessions()  # it holds the file once this answers
+        assert holder.process is not None
+        return holder, holder.process.pid
+
+    loop = asyncio.new_event_loop()
+    holder, pid = loop.run_until_complete(holding())
+    try:
+        env = {**claude.env(), "ANTHROPIC_BASE_URL": None,
+               "PATH": os.pathsep.join([str(claude.binary.parent), agent_world.env()["PATH"]])}
+        run = agent_world.run([agent_world.sidecar, "wrap", "--port", "0", "--db", db, "--log-file",
+                               tmp_path / "proxy.log", "--anthropic-upstream", agent_world.provider.url, "claude",
+                               "--", "-p", "USE_TOOL please", "--allowedTools", "Bash", "--output-format", "json"],
+                              env=env, parse=Claude._parse).check()
+    finally:
+        loop.run_until_complete(holder.close())
+        loop.close()
+    assert run.text == "FINAL: tool said: wrapped-42"  # the agent worked on, unmanaged
+    said = [line for line in run.stderr.splitlines() if line.startswith("context-sidecar wrap:")]
+    assert len(said) == 1 and "the sidecar cannot store this session" in said[0], run.stderr
+    assert f"locked by process {pid}" in said[0]
+
+
+@pytest.mark.parametrize("breakage", ["port taken", "no socket directory"])
+def test_wrap_runs_claude_without_the_proxy_when_the_proxy_cannot_start_and_says_so(
+        claude: Claude, agent_world: AgentWorld, tmp_path: Path, breakage: str) -> None:
+    agent_world.provider.responder = reference_policy(tool="Bash", arguments={"command": COMPUTED})
+    env: dict[str, str | None] = {**claude.env(),  # ANTHROPIC_BASE_URL at the provider, as without wrap
+                                  "PATH": os.pathsep.join([str(claude.binary.parent), agent_world.env()["PATH"]])}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()  # something else (not a proxy) listens on the port asked for
+        if breakage == "no socket directory":
+            runtime = tmp_path / "runtime"
+            runtime.mkdir()
+            (runtime / "context-sidecar").write_text("")  # a file where its socket directory should be
+            env["XDG_RUNTIME_DIR"] = str(runtime)  # the sidecar can neither reach nor start its host
+            port = "0"
+        else:
+            port = str(taken.getsockname()[1])
+        run = agent_world.run([agent_world.sidecar, "wrap", "--port", port, "--db", tmp_path / "wrap.duckdb",
+                               "--log-file", tmp_path / "proxy.log", "claude", "--", "-p", "USE_TOOL please",
+                               "--allowedTools", "Bash", "--output-format", "json"], env=env,
+                              parse=Claude._parse).check()
+    assert run.text == "FINAL: tool said: wrapped-42"
+    said = [line for line in run.stderr.splitlines() if line.startswith("context-sidecar wrap:")]
+    assert len(said) == 1 and "the proxy could not start (" in said[0], run.stderr
+    assert said[0].endswith("running claude without it (nothing is stored)")
+    assert "Traceback" not in run.stderr

@@ -34,17 +34,19 @@ class RunningProxy:
 
 @contextlib.asynccontextmanager
 async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] | None = None,
-                        args: tuple[str, ...] = ()) -> AsyncIterator[RunningProxy]:
-    """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin), stopped with SIGINT."""
+                        args: tuple[str, ...] = (), openai: str | None = None,
+                        env: dict[str, str] | None = None) -> AsyncIterator[RunningProxy]:
+    """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin; ``openai``: the OpenAI one
+    elsewhere), stopped with SIGINT."""
     db = tmp_path / "proxy.duckdb"
     log = tmp_path / "proxy.log"
     argv = ["--db", str(db), "--log-file", str(log), "-v", "--anthropic-upstream", upstream,
-            "--openai-upstream", f"{upstream}/v1", *args]
+            "--openai-upstream", f"{openai or upstream}/v1", *args]
     if settings is not None:
         path = tmp_path / "settings.json"
         path.write_text(json.dumps(settings))
         argv += ["--settings", str(path)]
-    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     async with proxy_process(argv, env) as (url, process):
         yield RunningProxy(url, db, log, process)
 

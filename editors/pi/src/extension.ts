@@ -6,7 +6,7 @@
 import { firstKeptEntryId, summaryText, toAgentMessages } from './assembled';
 import { agentMessagesTokens, entryKey, messageKey, sessionKey, storedKeys, unstoredFrom } from './branches';
 import type { AgentMessage, BeforeCompactEvent, BeforeCompactResult, ContextView, ExtensionApi, PiModel, SessionManagerView } from './pi';
-import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, Usage, WireMessage } from './protocol';
+import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, TRANSCRIPT_ENV, Usage, WireMessage } from './protocol';
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
@@ -59,10 +59,12 @@ export class PiSidecar {
   private key: string | undefined;
   private ctx: ContextView | undefined;
   private status: string | undefined;
+  /** The workspace pi's sessions are recorded under (the server's root): pi's directory when it started. */
+  private workspace: string | undefined;
 
   constructor(
     private readonly pi: ExtensionApi,
-    env: Record<string, string | undefined> = process.env,
+    private readonly env: Record<string, string | undefined> = process.env,
     cwd: string = process.cwd(),
   ) {
     this.problems = [];
@@ -257,7 +259,8 @@ export class PiSidecar {
       const sidecar = await this.ready(ctx);
       ({ message } = await sidecar.request<{ message: WireMessage }>(
         Methods.MEMORY_CALL_TOOL,
-        { sessionId: key, name, arguments: JSON.stringify(params ?? {}), toolCallId },
+        // Every session of the workspace, pi's current one first, as the MCP server gives Claude Code and Codex.
+        { sessionId: key, name, arguments: JSON.stringify(params ?? {}), toolCallId, workspace: this.workspace ?? ctx.cwd },
         { signal, timeoutMs: TOOL_TIMEOUT_MS },
       ));
     } catch (error) {
@@ -287,6 +290,7 @@ export class PiSidecar {
         initializationOptions: initializationOptions(this.settings),
       });
       this.sidecar = sidecar;
+      this.workspace = cwd;
       sidecar.onNotification(Methods.CONTEXT_DID_CHANGE_USAGE, (usage: Usage) => this.showUsage(usage));
       sidecar.onNotification('window/showMessage', (params: { type?: number; message?: string }) => {
         if ((params?.type ?? 3) <= 2 && params?.message) {
@@ -295,10 +299,19 @@ export class PiSidecar {
           this.say(params.message.startsWith('context-sidecar') ? params.message : `context-sidecar: ${reason}`, 'warning', reason);
         }
       });
-      sidecar.ready.catch((error) => this.fail(error));
+      sidecar.ready.then(() => this.watch(sidecar, cwd), (error) => this.fail(error));
     } catch (error) {
       this.fail(error);
     }
+  }
+
+  /**
+   * Has the server follow the agents' transcripts of the workspace (`memory/watch`), so that the memory tools
+   * find the earlier sessions of Claude Code, Codex and pi there, as the MCP server's do. The tools work without.
+   */
+  private watch(sidecar: Sidecar, workspace: string): void {
+    const env = Object.fromEntries(TRANSCRIPT_ENV.flatMap((name) => (this.env[name] ? [[name, this.env[name]]] : [])));
+    sidecar.request(Methods.MEMORY_WATCH, { workspace, env }, { timeoutMs: REQUEST_TIMEOUT_MS }).catch(() => undefined);
   }
 
   private async ready(ctx: ContextView): Promise<Sidecar> {

@@ -10,6 +10,7 @@ export const EXPERIMENTAL_KEY = 'contextSidecar';
 export const Methods = {
   MEMORY_INGEST: 'memory/ingest',
   MEMORY_CALL_TOOL: 'memory/callTool',
+  MEMORY_WATCH: 'memory/watch',
   CONTEXT_ASSEMBLE: 'context/assemble',
   CONTEXT_COMPACT: 'context/compact',
   CONTEXT_REPORT_USAGE: 'context/reportUsage',
@@ -23,6 +24,9 @@ export const REQUIRED_METHODS = [
   Methods.CONTEXT_COMPACT,
   Methods.MEMORY_CALL_TOOL,
 ];
+
+/** The variables that say where agents keep their transcripts, as `memory/watch` takes them. */
+export const TRANSCRIPT_ENV = ['HOME', 'CLAUDE_CONFIG_DIR', 'CODEX_HOME', 'PI_CODING_AGENT_DIR', 'PI_CODING_AGENT_SESSION_DIR'];
 
 export const ErrorCodes = {
   UNKNOWN_SESSION: -32001,

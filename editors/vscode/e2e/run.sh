@@ -62,12 +62,10 @@ if ! cmp -s "$here/package.json" "$modules/package.json" || ! [ -f "$modules/nod
 fi
 
 # --- the .vsix -------------------------------------------------------------------------------
+# Built as the README tells a user to (scripts/install-vscode.sh), so that those commands stay true.
 vsix="$cache/context-sidecar.vsix"
-(
-  cd "$ext"
-  [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error
-  npm run --silent package -- --out "$vsix" >/dev/null
-) || { npm_unreachable && skip "the npm registry cannot be reached (vsce comes through npx)"; fail "packaging the extension failed"; }
+"$ext/../../scripts/install-vscode.sh" --package-only --out "$vsix" >/dev/null ||
+  { npm_unreachable && skip "the npm registry cannot be reached (vsce comes through npx)"; fail "packaging the extension failed"; }
 
 # --- the suite -------------------------------------------------------------------------------
 rm -rf "$artifacts"

@@ -11,6 +11,7 @@ from typing import Any
 from lsprotocol import types as lsp
 
 from protocol import methods
+from sidecar.config.database import shown
 from sidecar.config.paths import workspace_key, workspace_path
 from sidecar.config.settings import read_settings, summarizer_name
 from sidecar.rpc.server import SidecarServer
@@ -36,7 +37,7 @@ def setup(server: SidecarServer) -> None:
         ls.sidecar.merge_root = root  # before any request uses the store
         # Opened just after the reply: importing DuckDB and opening the file need not delay initialize.
         asyncio.get_running_loop().call_later(OPEN_DELAY, open_store, ls)
-        log.info("initialized with storage %s", path)
+        log.info("initialized with storage %s", shown(path))
         ls.initialized = True
         if summarizer_name(ls.sidecar.settings) == "openai":
             # openai takes ~300 ms to import; done now, in a thread, the first compaction does not stall requests.

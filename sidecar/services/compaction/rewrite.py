@@ -22,9 +22,18 @@ from sidecar.engine.files import strip_footer
 from sidecar.engine.footer import carried_footer
 from sidecar.engine.rules import footer_rules
 from sidecar.engine.summaries import summary_message_tokens
-from sidecar.rows import AgentCompactionRow, ItemRow, SessionRow, SourceMessage, StorageFailure, SummaryRow, iso, utcnow
+from sidecar.rows import (
+    AgentCompactionRow,
+    ItemRow,
+    ReplacedSpan,
+    SessionRow,
+    SourceMessage,
+    StorageFailure,
+    SummaryRow,
+    iso,
+    utcnow,
+)
 from sidecar.services.state import Sidecar
-from sidecar.storage.lineage import ReplacedSpan
 from sidecar.summarizers.base import SourceText
 
 MAX_SOURCE_CHARS = 16_000

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from sidecar.services.state import Sidecar
 
 log = logging.getLogger(__name__)
+TEAM_LOCK_POLL_SECONDS = 0.2
+"""How often a compaction waiting for another host's (a team database) looks whether it ended."""
 
 class PeerRequestFailed(Exception):
     """The client answered a request of the server's with an error."""
@@ -118,12 +120,30 @@ class CompactionRunner:
         One of the session running already (automatic, or another client's) is waited for: its result answers when
         it left the session under its threshold, else this one runs after it.
         """
-        self._mode(params)
-        self.sidecar.session(params.session_id)  # -32001 before any wait
-        ended = await self.after_running(params.session_id)
-        if ended is not None and ended.compacted and ended.usage.tokens < ended.usage.threshold:
-            return ended
-        return await self._finish(self._begin(params, trigger))
+        from sidecar.services.compaction.engine import Outcome
+
+        mode = self._mode(params)
+        before = self.sidecar.session(params.session_id)  # -32001 before any wait
+        lock = self.sidecar.store().session_lock(params.session_id)
+        waited = False
+        while not lock.acquire():  # another host of a team database compacts it: its result is ours
+            if not waited:
+                log.info("session %s: waiting for the compaction another host runs", params.session_id)
+            waited = True
+            await asyncio.sleep(TEAM_LOCK_POLL_SECONDS)
+        try:
+            if waited:
+                after = self.sidecar.session(params.session_id)
+                if after.summary_count > before.summary_count:
+                    return self._result(params.session_id, Outcome(
+                        True, mode, self.sidecar.estimated_tokens(before), self.sidecar.estimated_tokens(after),
+                        reason="compacted by another host"))
+            ended = await self.after_running(params.session_id)
+            if ended is not None and ended.compacted and ended.usage.tokens < ended.usage.threshold:
+                return ended
+            return await self._finish(self._begin(params, trigger))
+        finally:
+            lock.release()
 
     async def after_running(self, session_id: str) -> CompactResult | None:
         """Once no compaction of the session runs: the result of the last one waited for (None: none ran, or it
@@ -427,15 +447,25 @@ class CompactionRunner:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
         mode = self.sidecar.settings.compaction.mode
+        lock = self.sidecar.store().session_lock(session_id)
         try:
+            if not lock.acquire():
+                log.info("auto-compaction of %s left to the host that compacts it", session_id)
+                return
             # Begun here, in the request that crossed the threshold: the messages that follow it are not compacted
             # with it, and their own changes find the session taken (no second start, no back-off).
             begun = self._begin(CompactParams(session_id=session_id, mode=mode), "auto")  # type: ignore[arg-type]
         except Exception as error:
+            lock.release()
             self._auto_failed(session_id, error)
             return
+
+        def done(_: asyncio.Task[None]) -> None:  # also when cancelled before it ever ran
+            begun.release(settle=True)
+            lock.release()
+
         task = self.server.run_in_background(self._auto(begun))
-        task.add_done_callback(lambda _: begun.release(settle=True))  # also when cancelled before it ever ran
+        task.add_done_callback(done)
 
     def _idle(self, state: SessionRuntime, session: SessionRow) -> bool:
         """Whether the last automatic compaction found nothing to do and the context has not grown enough since."""

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from sidecar.config.paths import workspace_key
+from sidecar.config.project import of_workspace
 from sidecar.rows import SessionRow, iso
 from sidecar.services.state import Sidecar
 
@@ -58,8 +59,8 @@ def workspace_scope(sidecar: Sidecar, workspace: str, current: str | None) -> Sc
     yet, is not read (sessions of other workspaces never are).
     """
     store = sidecar.store()
-    key = workspace_key(workspace)
-    rows = {row.session_id: row for row in store.sessions() if row.workspace == key}
+    belongs = of_workspace(workspace)
+    rows = {row.session_id: row for row in store.sessions() if belongs(row)}
     spans = store.message_spans(list(rows))
 
     def recency(row: SessionRow) -> Any:
@@ -90,7 +91,7 @@ def workspace_scope(sidecar: Sidecar, workspace: str, current: str | None) -> Sc
             parts.append(first if first == last else f"{first} to {last}")
         sessions.append(ScopedSession(row.session_id, f"session {row.session_id} ({'; '.join(parts)})",
                                       current=row.session_id == current))
-    return Scope(tuple(sessions), workspace=key, note=note)
+    return Scope(tuple(sessions), workspace=workspace_key(workspace), note=note)
 
 
 def agent_name(metadata: dict[str, Any] | None) -> str | None:

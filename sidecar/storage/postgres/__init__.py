@@ -1,0 +1,1 @@
+"""The team store: PostgreSQL through psycopg 3, imported only for a postgresql:// URL."""
