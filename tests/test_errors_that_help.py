@@ -114,7 +114,7 @@ def test_a_replay_that_overflows_with_nothing_left_to_compact_says_which_setting
     replay = run("replay", FIXTURES / "claude-code-2.1-parallel.jsonl", "--context-window", "1024", "--quiet")
     assert replay.returncode == 0, replay.stderr
     timeline, summary = replay.stdout.split("replay summary")
-    assert "⤷ auto incremental compaction" in timeline, replay.stdout
+    assert "⤷ auto " in timeline and " compaction: " in timeline, replay.stdout
     final = next(line for line in summary.splitlines() if line.startswith("  final context"))
     assert "state overflow" in final and "auto-compaction replaced nothing" in final
     assert "compaction.freshTail" in final and "compaction.leafChunkSize" in final

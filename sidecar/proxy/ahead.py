@@ -22,7 +22,7 @@ from sidecar.engine.assembly import appendable
 from sidecar.engine.tokens import estimate_bytes_tokens
 from sidecar.proxy.adapters.base import Adapter, Unit, part_id
 from sidecar.proxy.conversation import Branch
-from sidecar.proxy.render import render_context, rendered_tokens, unit_elements
+from sidecar.proxy.render import joined_size, render_context, rendered_tokens, unit_elements
 from sidecar.services.prompt import cache_breakpoints
 from sidecar.wire import structure
 
@@ -36,6 +36,8 @@ class Ahead:
 
     elements: list[bytes]
     """The context as rendered, without cache markers."""
+    size: int
+    """Their bytes (``render.joined_size``)."""
     ends: list[int]
     """For each item, the index of its group's last element."""
     breakpoints: list[int]
@@ -71,17 +73,17 @@ def plan(adapter: Adapter, branch: Branch, units: Sequence[tuple[str, Unit]], ov
             parts.append((str(part.get("role")), calls[-1], str(part.get("tool_call_id"))))
         rendered = unit_elements(adapter, unit, uid)
         elements += rendered
-        added += sum(len(element) + 1 for element in rendered)
+        added += joined_size(rendered)
         ends += [len(elements) - 1] * len(split)
     if not appendable(parts):
         return None  # the host trims, reorders or leads with some of them
     if branch.tokens + estimate_bytes_tokens(added) > branch.budget:
         return None  # the host's fill may have to move
-    if rendered_tokens(elements) + overhead > branch.budget * branch.scale + branch.overhead:
+    if rendered_tokens(branch.size + added) + overhead > branch.budget * branch.scale + branch.overhead:
         return None  # this body leaves less room than the one the budget was worked out for
     keep = len(branch.items)
-    return Ahead(elements, ends, cache_breakpoints(branch.fixed, keep, keep + len(ids)), keep, ids, calls, 0,
-                 branch.epoch)
+    return Ahead(elements, branch.size + added, ends, cache_breakpoints(branch.fixed, keep, keep + len(ids)), keep,
+                 ids, calls, 0, branch.epoch)
 
 
 async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: Ahead,
@@ -103,7 +105,7 @@ async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: 
             and [tuple(c["id"] for c in m.get("tool_calls") or ()) for m in result.messages] == ahead.calls
         take(branch, result, ahead.covered, ahead.epoch)
         if same:
-            branch.elements, branch.ends = ahead.elements, ahead.ends
+            branch.elements, branch.ends, branch.size = ahead.elements, ahead.ends, ahead.size
         else:
             log.info("session %s: the sidecar's context changed (%s); the next request has it", branch.session_id,
                      "over budget" if result.over_budget else "rewritten" if not result.delta else "the fill moved")

@@ -48,6 +48,8 @@ class Branch:
     elements: list[bytes] = attrs.Factory(list)
     """The previous context as rendered (before cache markers), and for each item its group's last element."""
     ends: list[int] = attrs.Factory(list)
+    size: int = 0
+    """Bytes of ``elements`` in a JSON array (``render.joined_size``), kept as they change."""
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
     budget: int | None = None
@@ -82,7 +84,7 @@ class Branch:
 
     def forget_prompt(self) -> None:
         """Ask for the whole context next time (after a rewrite or an error)."""
-        self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
+        self.revision, self.items, self.messages, self.elements, self.ends, self.size = None, [], [], [], [], 0
         self.covered, self.tokens, self.over_budget = 0, 0, False
 
 

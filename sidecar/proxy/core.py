@@ -309,7 +309,7 @@ class Proxy:
             result = ahead.take(branch, structure(await assembling, t.AssembleResult), covered, epoch)
             assembling = None
             elements, ends = await render_context(self.client, adapter, branch, result)
-            rendered = rendered_tokens(elements)
+            rendered = rendered_tokens(branch.size)
             if result.budget is None or rendered <= result.budget * branch.scale or attempt or not result.tokens:
                 break
             branch.scale = max(branch.scale, rendered / result.tokens * 1.05)
