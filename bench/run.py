@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.core import SETTINGS, SIZES, TARGETS, Bench, merge, progress
+from bench.sections.agent_summaries import agent_summaries
 from bench.sections.compaction import compaction
 from bench.sections.delta import delta
 from bench.sections.follow_live import follow_live
@@ -50,6 +51,7 @@ from bench.traffic import conversation
 SECTIONS: list[Callable[[Bench], Awaitable[None]]] = [
     startup, serve, single_ingest, batch_ingest, large_load, assemble, delta, grep, pruning, memory, compaction,
     prompt_cache, rule_retention, summarizer_window, grep_compacted, sharing, proxy, follow_live, mcp, hooks,
+    agent_summaries,
 ]
 """In order; compaction and the sections after it run their own servers, so the main server's peak memory
 is read before them."""

@@ -41,6 +41,8 @@ CONTEXT_DID_PRUNE = "context/didPrune"
 
 # Requests, server to client.
 CONTEXT_WILL_COMPACT = "context/willCompact"
+CONTEXT_SUMMARIZE = "context/summarize"
+"""*Extension*: a summarizer call for a client that declared ``summaries`` to run on its own model."""
 
 REQUESTS = (
     MEMORY_INGEST,
@@ -64,6 +66,6 @@ REQUESTS = (
 
 CLIENT_NOTIFICATIONS = (CONTEXT_REPORT_USAGE,)
 SERVER_NOTIFICATIONS = (CONTEXT_DID_CHANGE_USAGE, CONTEXT_DID_COMPACT, CONTEXT_DID_PRUNE)
-SERVER_REQUESTS = (CONTEXT_WILL_COMPACT,)
+SERVER_REQUESTS = (CONTEXT_WILL_COMPACT, CONTEXT_SUMMARIZE)
 
 COMPACTION_MODES: tuple[str, ...] = get_args(CompactionMode)

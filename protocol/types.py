@@ -475,6 +475,9 @@ class DidCompactParams:
     source: str | None = None
     """*Extension*: the agent whose own compaction this was (memory/recordCompaction, or found in its transcript);
     absent for the sidecar's compactions."""
+    summarizers: dict[str, int] | None = None
+    """*Extension*: how many of the new summaries each summarizer wrote (``client``, ``openai``, ``deterministic``);
+    absent for an agent's own compaction."""
 
 
 @attrs.define
@@ -502,3 +505,40 @@ class WillCompactResult:
     action: Literal["proceed", "cancel"]
     summary: str | None = None
 
+
+
+@attrs.define
+class SummarizeParams:
+    """*Extension*: one summarizer call the server asks a client that declared ``summaries`` to run on its model."""
+
+    session_id: str
+    """The session whose history is summarized: the client runs the call as that session's agent."""
+    kind: SummaryKind
+    messages: list[Message]
+    """The prompt: a ``system`` message (the summarizer's instructions) and a ``user`` message (the history)."""
+    max_tokens: int
+    """The most tokens the answer may take."""
+    deadline_seconds: float
+    """Seconds the server waits for the answer (``llm.timeoutSeconds``): the client gives up its call then."""
+    aggressive: bool = False
+    """A second try after an over-long summary."""
+
+
+@attrs.define
+class SummaryCallUsage:
+    """*Extension*: what a client's summary call cost, as its provider reported it."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+@attrs.define
+class SummarizeResult:
+    """*Extension*: the summary a client's model wrote."""
+
+    text: str
+    model: str | None = None
+    """The model that wrote it."""
+    usage: SummaryCallUsage | None = None

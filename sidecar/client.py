@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Callback = Callable[[Any], Awaitable[None] | None]
 WillCompactHook = Callable[[t.WillCompactParams], Awaitable[t.WillCompactResult] | t.WillCompactResult]
+SummarizeHook = Callable[[t.SummarizeParams], Awaitable[t.SummarizeResult]]
+"""Runs a summary call (``context/summarize``) on the client's model; raise SidecarRequestError to refuse it."""
 
 CANCEL_REQUEST = "$/cancelRequest"
 PROGRESS = "$/progress"
@@ -64,9 +66,12 @@ class SidecarClient:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  process: asyncio.subprocess.Process | None = None, settings: dict[str, Any] | None = None,
-                 will_compact: WillCompactHook | None = None) -> None:
+                 will_compact: WillCompactHook | None = None, summarize: SummarizeHook | None = None) -> None:
         self.settings = settings
         self.will_compact = will_compact
+        self.summarize = summarize
+        """Declared as ``summaries`` at initialize: the server sends the summary calls of the sessions this client
+        stores messages in."""
         self.process = process
         self.initialize_result: dict[str, Any] = {}
         self.returncode: int | None = None
@@ -94,7 +99,8 @@ class SidecarClient:
                     settings: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                     capabilities: dict[str, Any] | None = None, will_compact: WillCompactHook | None = None,
                     stderr: int | str | os.PathLike[str] | IO[Any] | None = None,
-                    timeout: float = 30.0, new_session: bool = False) -> SidecarClient:
+                    timeout: float = 30.0, new_session: bool = False,
+                    summarize: SummarizeHook | None = None) -> SidecarClient:
         """Start ``context-sidecar`` (it shares its database through a host) and initialize it; ``stderr``: a path;
         ``new_session``: in a session of its own, out of the terminal's reach (Ctrl-C does not stop it)."""
         argv = list(command or [sys.executable, "-P", "-m", "sidecar"])
@@ -110,7 +116,7 @@ class SidecarClient:
             if log_file is not None:
                 log_file.close()  # the child holds its own descriptor
         assert process.stdout is not None and process.stdin is not None
-        client = cls(process.stdout, process.stdin, process, settings, will_compact)
+        client = cls(process.stdout, process.stdin, process, settings, will_compact, summarize)
         try:
             await asyncio.wait_for(client.initialize(capabilities), timeout)
         except BaseException:
@@ -121,9 +127,10 @@ class SidecarClient:
     @classmethod
     async def connect(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       settings: dict[str, Any] | None = None, capabilities: dict[str, Any] | None = None,
-                      will_compact: WillCompactHook | None = None, initialize: bool = True) -> SidecarClient:
+                      will_compact: WillCompactHook | None = None, initialize: bool = True,
+                      summarize: SummarizeHook | None = None) -> SidecarClient:
         """A client over already-open streams; initializes the server unless ``initialize`` is false."""
-        client = cls(reader, writer, None, settings, will_compact)
+        client = cls(reader, writer, None, settings, will_compact, summarize)
         if initialize:
             await client.initialize(capabilities)
         return client
@@ -133,6 +140,8 @@ class SidecarClient:
         sidecar = dict(capabilities or {})
         if self.will_compact is not None:
             sidecar.setdefault("compactionHooks", True)
+        if self.summarize is not None:
+            sidecar.setdefault("summaries", True)
         params = {
             "processId": os.getpid(),
             "clientInfo": {"name": "context-sidecar-client"},
@@ -204,13 +213,16 @@ class SidecarClient:
             self._stop(msg_id, future, error)
             raise
 
-    async def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+    async def send(self, method: str, params: Any = None, drain: bool = True) -> asyncio.Future[Any]:
         """Send a request and return the future of its result without waiting for it.
 
         Requests reach the server in the order they are sent, and it handles ``memory/ingest`` and
         ``context/assemble`` in that order: a client may send an assemble right behind an ingest (one round trip).
+        ``drain=False`` does not wait for the server to read what is written (a later send that drains does).
         """
         msg_id, future = self._start(method, params)
+        if not drain:
+            return future
         try:
             await self._drain()
         except BaseException as error:
@@ -240,12 +252,13 @@ class SidecarClient:
             future.exception()  # retrieved: what is raised is the caller's error
         future.cancel()
 
-    async def notify(self, method: str, params: Any = None) -> None:
-        """Send a notification."""
+    async def notify(self, method: str, params: Any = None, drain: bool = True) -> None:
+        """Send a notification (``drain=False``: without waiting for the server to read it)."""
         if self._closed is not None:
             raise SidecarConnectionLost(self._closed.message)
         self._write({"jsonrpc": "2.0", "method": method, "params": params})
-        await self._drain()
+        if drain:
+            await self._drain()
 
     def _write(self, message: dict[str, Any]) -> None:
         if message.get("params", ...) is None:
@@ -405,11 +418,11 @@ class SidecarClient:
 
     async def report_usage(self, session_id: str, input_tokens: int, output_tokens: int,
                            cache_read_tokens: int | None = None,
-                           cache_write_tokens: int | None = None) -> None:
+                           cache_write_tokens: int | None = None, drain: bool = True) -> None:
         """context/reportUsage: what the provider counted for the last call (a notification)."""
         params = t.ReportUsageParams(session_id, input_tokens, output_tokens, cache_read_tokens,
                                      cache_write_tokens)
-        await self.notify(methods.CONTEXT_REPORT_USAGE, unstructure(params))
+        await self.notify(methods.CONTEXT_REPORT_USAGE, unstructure(params), drain=drain)
 
     async def change_settings(self, settings: dict[str, Any] | None, push: bool = True) -> None:
         """Replace the settings; ``push`` sends them, otherwise the server is told to pull them."""
@@ -568,6 +581,10 @@ class SidecarClient:
             if inspect.isawaitable(outcome):
                 outcome = await outcome
             return unstructure(outcome)
+        if method == methods.CONTEXT_SUMMARIZE:
+            if self.summarize is None:
+                raise SidecarRequestError(codes.METHOD_NOT_FOUND, "this client runs no summary calls")
+            return unstructure(await self.summarize(structure(params, t.SummarizeParams)))
         if method == WORK_DONE_PROGRESS_CREATE:
             return None
         if method == WORKSPACE_CONFIGURATION:

@@ -31,7 +31,8 @@ async def wait_until(predicate, timeout=20.0):
         await asyncio.sleep(0.05)
 
 
-async def test_crossing_max_tokens_compacts_in_the_background_without_delaying_ingest(db_path):
+async def test_crossing_max_tokens_compacts_in_the_background_without_delaying_ingest(store_target):
+    db_path = store_target
     gate = threading.Event()
 
     def held_summary(request):

@@ -16,7 +16,7 @@ from sidecar.client import SidecarClient
 from sidecar.proxy.stats import prompt_tokens
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import markers, messages_of, reader, running_proxy, unpaired_tool_calls
+from tests.helpers.proxy import WAIT, agent_requests, markers, messages_of, reader, running_proxy, unpaired_tool_calls
 
 WINDOW = 8000
 SETTINGS = {"contextWindow": WINDOW,
@@ -81,14 +81,14 @@ async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_onc
         async with running_proxy(tmp_path, fake.url, SETTINGS) as proxy:
             client = anthropic.AsyncAnthropic(api_key="sk-test-key", base_url=proxy.url, max_retries=0)
             history = await agent(client, 14, "long")
-            stats = httpx2.get(f"{proxy.url}/stats").json()
+            stats = httpx2.get(f"{proxy.url}/stats", timeout=WAIT).json()
             async with reader(proxy.db) as sidecar:
                 stored = {}
                 for token in re.findall(r"<<[uta][\d.]+>>", json.dumps(history)):
                     found = await sidecar.grep("long", token, scope="messages", case_sensitive=True)
                     stored[token] = len(found.matches)
             assert "sk-test-key" not in proxy.log_text()
-    requests = fake.model_requests
+    requests = agent_requests(fake)
     assert fake.rejected == []  # every forwarded request fit the window
     bodies = [r.body for r in requests]
     for body in bodies:
@@ -151,7 +151,7 @@ async def test_a_streamed_answer_reaches_the_client_byte_for_byte_and_is_recorde
     try:
         async with running_proxy(tmp_path, upstream) as proxy:
             body = {"model": "m", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-            async with httpx2.AsyncClient() as http, http.stream(
+            async with httpx2.AsyncClient(timeout=WAIT) as http, http.stream(
                     "POST", f"{proxy.url}/v1/messages", json=body,
                     headers={"x-context-sidecar-session": "canned"}) as response:
                 received = b"".join([chunk async for chunk in response.aiter_raw()])
@@ -216,12 +216,13 @@ async def test_a_compaction_another_client_makes_reaches_the_agent_s_next_reques
             for number in range(12, 16):
                 await turn(number)
     assert compacted.compacted
-    bodies = [json.dumps(request.body) for request in fake.model_requests]
+    sent = agent_requests(fake)
+    bodies = [json.dumps(request.body) for request in sent]
     after = [index for index, body in enumerate(bodies) if "<summary" in body]
     assert after and after[0] in (12, 13)  # the request on its way as the compaction landed may come before it
     assert after == list(range(after[0], 16))
     for index in range(after[0] + 1, 16):  # from then on each request repeats the one before it
-        before, now = messages_of(fake.model_requests[index - 1].raw), messages_of(fake.model_requests[index].raw)
+        before, now = messages_of(sent[index - 1].raw), messages_of(sent[index].raw)
         assert now[:len(before)] == before
 
 

@@ -18,7 +18,7 @@ import pytest
 from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import reader, running_proxy
+from tests.helpers.proxy import WAIT, children, reader, running_proxy
 
 
 def user(text: str) -> dict[str, str]:
@@ -53,8 +53,8 @@ async def test_a_client_that_leaves_mid_stream_leaves_no_answer_stored(tmp_path:
         async with running_proxy(tmp_path, fake.url) as proxy:
             body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [user("first")]}
             headers = {"x-context-sidecar-session": "left"}
-            async with httpx2.AsyncClient() as http, http.stream("POST", f"{proxy.url}/v1/messages", json=body,
-                                                                  headers=headers) as response:
+            async with httpx2.AsyncClient(timeout=WAIT) as http, http.stream(
+                    "POST", f"{proxy.url}/v1/messages", json=body, headers=headers) as response:
                 async for chunk in response.aiter_raw():
                     if b"<<partial>>" in chunk:
                         break  # leaves with the answer half read
@@ -145,7 +145,7 @@ async def test_a_lone_surrogate_in_a_message_is_forwarded_and_its_conversation_g
             url, headers = f"{proxy.url}/v1/messages", {"x-context-sidecar-session": "cut"}
             # A truncated tool output: the JSON escape of half an emoji, valid JSON, not encodable as UTF-8.
             history = b'{"role": "user", "content": "<<cut>> \\ud83d"}'
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 first = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
                                         b'"messages": [' + history + b"]}")
                 second = await http.post(url, headers=headers, content=b'{"model": "m", "max_tokens": 5, '
@@ -187,7 +187,7 @@ async def test_an_answer_the_recorder_cannot_read_still_reaches_the_agent_whole(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         async with running_proxy(tmp_path, f"http://127.0.0.1:{server.server_address[1]}") as proxy:
-            async with httpx2.AsyncClient() as http:
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 response = await http.post(f"{proxy.url}/v1/messages", json={
                     "model": "m", "max_tokens": 5, "stream": True, "messages": [user("hi")]},
                     headers={"x-context-sidecar-session": "odd"})
@@ -203,7 +203,9 @@ async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tm
             FakeProvider(responder=lambda request: "answered") as fake:
         settings = {"contextWindow": 4000, "compaction": {"reserveTokens": 500, "freshTail": 2, "leafChunkSize": 2},
                     "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
-        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1")) as proxy:
+        # The llm settings' summarizer (the one stuck), not the agent's model.
+        async with running_proxy(tmp_path, fake.url, settings, ("--prepare-timeout", "1", "--summarizer",
+                                                                "settings")) as proxy:
             client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
             # Its newest messages alone are over the budget: the host compacts before it answers the assemble.
             history = [user(f"<<{index}>> " + "a long tool output line. " * 400) if index % 2 == 0 else
@@ -216,10 +218,6 @@ async def test_a_host_stuck_in_a_compaction_does_not_hold_the_agent_s_request(tm
     assert reply.content[0].text == "answered"  # type: ignore[union-attr]
     assert fake.model_requests[0].body["messages"] == history  # as the agent sent it
     assert "forwarded as the agent sent it: the sidecar took over 1s" in log
-
-
-def children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a process's children from /proc")

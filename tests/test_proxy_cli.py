@@ -18,7 +18,7 @@ from sidecar.client import SidecarClient
 from sidecar.proxy.jsontext import object_members
 from sidecar.testing import FakeProvider
 from sidecar.testing.refusing_proxy import RefusingProxy
-from tests.helpers.proxy import markers, running_proxy
+from tests.helpers.proxy import WAIT, markers, running_proxy
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -48,7 +48,7 @@ async def test_status_counts_what_was_sent_and_forwarded_alike(tmp_path: Path) -
     headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "content-type": "application/json",
                "x-context-sidecar-session": "alike"}
     with FakeProvider(responder=lambda request: "an answer") as fake:
-        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient(timeout=120) as client:
+        async with running_proxy(tmp_path, fake.url) as proxy, httpx2.AsyncClient(timeout=WAIT) as client:
             for question in ("second question", "third question"):
                 body = f'{{"model":"m","max_tokens":9,"system":{system},"messages":[{",".join(turns)}]}}'
                 answer = await client.post(f"{proxy.url}/v1/messages", content=body.encode(), headers=headers)

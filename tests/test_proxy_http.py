@@ -9,9 +9,7 @@ import pytest
 
 from sidecar.proxy.http import HttpRequest, Responder, start_server
 from sidecar.proxy.routes import Routes, default_adapters
-
-WAIT = 120.0
-"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+from tests.helpers.proxy import WAIT
 
 
 async def broken(request: HttpRequest, responder: Responder) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import messages_of, reader, running_proxy
+from tests.helpers.proxy import WAIT, agent_requests, messages_of, reader, running_proxy
 
 WINDOW = 8000
 SETTINGS = {"contextWindow": WINDOW,
@@ -135,7 +135,7 @@ async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_onc
                     stored[token] = len((await sidecar.grep(session, token, scope="messages",
                                                             case_sensitive=True)).matches)
             assert "sk-test-key" not in proxy.log_text()
-    requests = fake.model_requests
+    requests = agent_requests(fake)
     assert fake.rejected == []
     bodies = [r.body for r in requests]
     assert all(unpaired(api, body[key]) == [] for body in bodies)
@@ -155,7 +155,7 @@ async def test_bad_bodies_get_openai_s_400_and_upstream_errors_pass_through(tmp_
         fake.script(Reply(status=429, error_message="slow down"))
         async with running_proxy(tmp_path, fake.url) as proxy:
             bad = httpx2.post(f"{proxy.url}{path}", content=b'{"model": "m", "input": ',
-                              headers={"content-type": "application/json"})
+                              headers={"content-type": "application/json"}, timeout=WAIT)
             client = openai.AsyncOpenAI(api_key="k", base_url=f"{proxy.url}/v1", max_retries=0)
             with pytest.raises(openai.RateLimitError) as caught:
                 if path == "/v1/responses":
@@ -171,7 +171,8 @@ async def test_a_conversation_kept_by_the_provider_passes_through_untouched(tmp_
         async with running_proxy(tmp_path, fake.url) as proxy:
             body = {"model": "m", "previous_response_id": "resp_1", "input": [{"role": "user", "content": "more"}]}
             raw = json.dumps(body, indent=1).encode()
-            httpx2.post(f"{proxy.url}/v1/responses", content=raw, headers={"content-type": "application/json"})
+            httpx2.post(f"{proxy.url}/v1/responses", content=raw, headers={"content-type": "application/json"},
+                        timeout=WAIT)
     assert fake.model_requests[0].raw == raw
 
 

@@ -15,10 +15,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import running_proxy
-
-WAIT = 120.0
-"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+from tests.helpers.proxy import WAIT, running_proxy
 
 
 async def test_a_route_the_proxy_does_not_know_is_a_404_in_the_api_s_shape_and_goes_nowhere(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import httpx2
 import openai
 
 from sidecar.testing.provider import FakeProvider
-from tests.helpers.proxy import reader, running_proxy
+from tests.helpers.proxy import WAIT, reader, running_proxy
 
 TOOLS = [{"name": "Bash", "description": "Run a command.",
           "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
@@ -31,7 +31,8 @@ async def test_an_agent_s_side_call_under_its_session_id_is_forwarded_as_sent_an
     with FakeProvider(responder=lambda request: "answer") as fake:
         async with running_proxy(tmp_path, fake.url) as proxy:
             title = json.dumps(TITLE, separators=(",", ":")).encode()
-            async with httpx2.AsyncClient() as http:  # Claude Code asks for a title first, under its session id
+            # Claude Code asks for a title first, under its session id.
+            async with httpx2.AsyncClient(timeout=WAIT) as http:
                 sent = await http.post(f"{proxy.url}/v1/messages", content=title, headers=headers)
             client = anthropic.AsyncAnthropic(api_key="k", base_url=proxy.url, max_retries=0)
             history = [user("fix the parser")]
@@ -49,7 +50,7 @@ async def test_an_agent_s_side_call_under_its_session_id_is_forwarded_as_sent_an
 
 
 async def http_get(url: str) -> Any:
-    async with httpx2.AsyncClient() as http:
+    async with httpx2.AsyncClient(timeout=WAIT) as http:
         return (await http.get(url)).json()
 
 

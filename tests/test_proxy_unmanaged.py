@@ -14,10 +14,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import reader, running_proxy
-
-WAIT = 120.0
-"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
+from tests.helpers.proxy import WAIT, reader, running_proxy
 
 
 def stats_of(url: str, session: str) -> dict[str, Any]:

@@ -78,3 +78,10 @@ def test_between_is_inclusive(value: int, ok: bool) -> None:
         with pytest.raises(ValueError, match=f"{value} is outside 1..{INT_MAX}"):
             between(1, INT_MAX)(None, field, value)
     assert camel(field.name) == "contextWindow"
+
+
+@pytest.mark.parametrize("value", [0, 1.5, "0.8", None, True])
+def test_a_bad_summarize_ahead_is_reported_and_its_default_used(value: object) -> None:
+    settings, problems = read_settings({"compaction": {"summarizeAhead": value, "minSavings": 0.2}})
+    assert settings.compaction.summarize_ahead == 0.85 and settings.compaction.min_savings == 0.2
+    assert len(problems) == 1 and "summarizeAhead" in problems[0]

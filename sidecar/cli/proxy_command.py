@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8787
 HOST = "127.0.0.1"
+SUMMARIZERS = ("agent", "settings", "deterministic")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                              "before it goes upstream as the agent sent it (default 60)")
     parser.add_argument("--no-share", dest="share", action="store_false", default=True,
                         help="the sidecar opens the database itself instead of sharing it through its host")
+    parser.add_argument("--summarizer", choices=SUMMARIZERS, default="agent",
+                        help="who writes the summaries of compacted history: agent (default: the agent's own model, "
+                             "called like its requests, with its credentials, which are kept in memory only), "
+                             "settings (the llm settings of --settings, else deterministic) or deterministic (no "
+                             "model call)")
+    parser.add_argument("--summary-model", metavar="MODEL", type=model_name, default=None,
+                        help="with --summarizer agent: the model of the summary calls, e.g. a cheaper tier of the "
+                             "agent's provider (default: the model of the agent's requests)")
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -54,7 +63,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                     "provider untouched; without a prefix, a route of no one API is answered 404. GET /stats "
                     "shows, per session, the tokens the agent sent against those forwarded, the cache hit rate and "
                     "compactions (also: context-sidecar status). API keys pass through from the agent's headers "
-                    "and are never stored or logged. Ctrl-C stops it.")
+                    "and are never stored or logged. Summaries of compacted history are written by the agent's own "
+                    "model, called like its latest request (see --summarizer). Ctrl-C stops it.")
     add_options(proxy)
 
 
@@ -72,6 +82,13 @@ def settings_file(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise argparse.ArgumentTypeError(f"{path} must hold a JSON object of settings")
     return data
+
+
+def model_name(text: str) -> str:
+    """``--summary-model``: a model name, or argparse's error (exit 2)."""
+    if not text.strip() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a model name")
+    return text
 
 
 def seconds(text: str) -> float:
@@ -103,12 +120,23 @@ class ProxyOptions:
     """Attach to the database's shared host (False: ``--no-share``)."""
     prepare_timeout: float | None = None
     """Seconds the sidecar may take over a request before it goes upstream unmanaged; None for the default."""
+    summarizer: str = "agent"
+    """Who writes summaries: ``agent`` (its model, through the proxy), ``settings`` (the llm settings) or
+    ``deterministic``."""
+    summary_model: str | None = None
+    """The model of the summary calls on the agent's provider; None for the agent's own."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyOptions:
         """From parsed command-line options."""
         return cls(args.port, getattr(args, "db", None), args.settings, args.anthropic_upstream,
-                   args.openai_upstream, args.share, args.prepare_timeout)
+                   args.openai_upstream, args.share, args.prepare_timeout, args.summarizer, args.summary_model)
+
+    def sidecar_settings(self) -> dict[str, Any] | None:
+        """The settings the proxy's sidecar connection gets: without ``llm`` when summaries are deterministic."""
+        if self.summarizer != "deterministic" or self.settings is None:
+            return self.settings
+        return {key: value for key, value in self.settings.items() if key != "llm"}
 
 
 @contextlib.asynccontextmanager
@@ -123,30 +151,42 @@ async def running(options: ProxyOptions) -> AsyncIterator[Any]:
     from sidecar.proxy.http import start_server
     from sidecar.proxy.routes import Routes, default_adapters
     from sidecar.proxy.stats import Stats
+    from sidecar.proxy.summary_calls import SummaryCalls
     from sidecar.proxy.upstream import Upstream
 
-    settings, problems = read_settings(options.settings)
+    settings, problems = read_settings(options.sidecar_settings())
     for problem in problems:
         log.warning("--settings: %s", problem)
-    command = [sys.executable, "-P", "-m", "sidecar", *([] if options.share else ["--no-share"])]
+    level = logging.getLogger().getEffectiveLevel()
+    verbose = ["-v"] * (2 if level <= logging.DEBUG else 1 if level <= logging.INFO else 0)
+    # The sidecar logs at the proxy's verbosity, into the proxy's log file (its compactions, its summary calls).
+    command = [sys.executable, "-P", "-m", "sidecar", *verbose, *([] if options.share else ["--no-share"])]
     # Its stderr goes to the proxy's log file, if there is one; in a session of its own, Ctrl-C on the terminal
     # (which wrap leaves to the agent) does not stop it.
     log_file = next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)),
                     None)
 
+    upstream = Upstream()
+    stats = Stats()
+    calls = SummaryCalls(upstream, stats, options.summary_model) if options.summarizer == "agent" else None
+
     def spawn() -> Awaitable[SidecarClient]:
         # Each ingest's reply holds the session's usage: no context/didChangeUsage besides.
-        return SidecarClient.spawn(command, db=options.db, settings=options.settings, stderr=log_file,
-                                   capabilities={"usageNotifications": False}, new_session=True)
+        return SidecarClient.spawn(command, db=options.db, settings=options.sidecar_settings(), stderr=log_file,
+                                   capabilities={"usageNotifications": False}, new_session=True,
+                                   summarize=calls.run if calls is not None else None)
 
-    client = await spawn()
-    upstream = Upstream()
+    try:
+        client = await spawn()
+    except BaseException:
+        await upstream.close()
+        raise
     routes = Routes(default_adapters())
     upstreams = Upstreams()
     upstreams.anthropic = options.anthropic_upstream or upstreams.anthropic
     upstreams.openai = options.openai_upstream or upstreams.openai
-    app = App(Proxy(client, settings, Stats(), spawn), upstream, upstreams, routes,
-              client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT)
+    app = App(Proxy(client, settings, stats, spawn), upstream, upstreams, routes,
+              client.capabilities.get("storage"), options.prepare_timeout or PREPARE_TIMEOUT, calls, options.summarizer)
     try:
         server = await start_server(app.handle, HOST, options.port, routes.failure)
     except BaseException:

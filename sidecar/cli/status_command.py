@@ -15,7 +15,8 @@ def add_command(commands: Any) -> None:
         "status", help="the running proxy's figures per session",
         description="Ask the proxy on 127.0.0.1:--port for its figures (GET /stats) and print them per session: "
                     "requests, the tokens the agent sent against those forwarded, the provider's cache hit rate, "
-                    "compactions. Exit 1 when no proxy answers there.")
+                    "compactions, who wrote the summaries and what the summary calls cost. Exit 1 when no proxy "
+                    "answers there.")
     status.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                         help=f"the proxy's port (default {DEFAULT_PORT})")
     status.add_argument("--json", action="store_true", help="print GET /stats as it is")
@@ -24,6 +25,7 @@ def add_command(commands: Any) -> None:
 def run_status(port: int, as_json: bool) -> int:
     """Print the figures; 1 when no proxy answers."""
     from sidecar.cli.wrap_command import running_proxy
+    from sidecar.proxy.stats import summaries_line
 
     stats = running_proxy(port)
     if stats is None:
@@ -51,6 +53,9 @@ def run_status(port: int, as_json: bool) -> int:
         print(f"  {_short(entry['sessionId']):<40} {entry['provider']:<9} {entry['requests']:>8,} "
               f"{entry['agentTokens']:>11,} {entry['forwardedTokens']:>11,} "
               f"{'-' if rate is None else f'{rate:.1%}':>10} {entry['compactions']:>11,}")
+        line = summaries_line(entry)
+        if line:
+            print(f"    {line}")
     print("  sent, forwarded: estimated tokens of the request bodies (UTF-8 bytes / 4), cache markers left out;\n"
           "    each message goes as first stored (an agent may resend it in another form: a few tokens either way)\n"
           "  cache hits: the provider's cache reads / prompt tokens")

@@ -209,9 +209,23 @@ def run_wrap(options: ProxyOptions, agent: str, args: list[str], port_given: boo
             app.proxy.stats.on_problem = tell
             if app.proxy.stats.problem is not None:
                 tell(app.proxy.stats.problem)
-            return await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
+            code = await run_agent(agent, args, f"http://{HOST}:{app.port}", env, provider)
+            await app.proxy.settle()
+            report_summaries(app.stats())
+            return code
 
     return asyncio.run(main())
+
+
+def report_summaries(stats: dict[str, Any]) -> None:
+    """One line on stderr per session of the run that compacted: who wrote its summaries, what the calls cost."""
+    from sidecar.proxy.stats import summaries_line
+
+    for entry in stats.get("sessions") or ():
+        line = summaries_line(entry)
+        if line:
+            print(f"context-sidecar: {entry['sessionId']}: {entry['compactions']} compactions; {line}",
+                  file=sys.stderr)
 
 
 def mismatch(found: dict[str, Any], options: ProxyOptions, agent: str) -> str | None:

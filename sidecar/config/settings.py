@@ -128,6 +128,10 @@ class CompactionSettings:
     min_savings: float = attrs.field(default=0.10, validator=between(0.0, 1.0))
     """A compaction saving less than this share of the context is skipped: its rewrite would not pay."""
 
+    summarize_ahead: float = attrs.field(default=0.85, validator=between(0.1, 1.0))
+    """Share of the threshold at which automatic compaction starts writing its summaries when a model writes them
+    (a client's or ``llm``'s); they replace the history once the context reaches the threshold. 1: start there."""
+
     @property
     def automatic(self) -> bool:
         """Whether sessions compact on their own: ``auto`` on and ``maxTokens`` not -1."""

@@ -1,8 +1,9 @@
 """Recording the provider's answers: the usage reported, the assistant message stored after the request's own.
 
-Recording never holds up the agent: it is sent to the host without waiting for its reply, and when another request
-of the conversation is being prepared (which may wait for a long compaction) the answer is stored after it, the
-agent having its end meanwhile. Should recording fail, the answer is not stored; the agent's next request brings it.
+Recording never holds up the agent: it is written to the host without waiting for its reply, nor for the host to
+read it (a big answer to a busy host fills the pipe), and when another request of the conversation is being prepared
+(which may wait for a long compaction) the answer is stored after it, the agent having its end meanwhile. Should
+recording fail, the answer is not stored; the agent's next request brings it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Answers:
             if recorded.input_tokens is not None and recorded.output_tokens is not None:
                 # Before the answer is stored: the usage is that of the prompt sent, on which the host calibrates.
                 await self.client.report_usage(branch.session_id, recorded.input_tokens, recorded.output_tokens,
-                                               recorded.cache_read_tokens, recorded.cache_write_tokens)
+                                               recorded.cache_read_tokens, recorded.cache_write_tokens, drain=False)
             if recorded.unit is None:
                 return
             if prepared.conversation.lock.locked():
@@ -64,7 +65,7 @@ class Answers:
             messages = sidecar_messages(adapter, [unit], [uid])
             params = t.IngestParams(branch.session_id, messages, None, prepared.last)
             try:
-                sent = await self.client.send(methods.MEMORY_INGEST, unstructure(params))
+                sent = await self.client.send(methods.MEMORY_INGEST, unstructure(params), drain=False)
             except SidecarRequestError as error:
                 log.info("session %s: answer not recorded (%s)", branch.session_id, error.message)
                 return

@@ -18,6 +18,7 @@ from sidecar.proxy.core import Proxy, forget, reason
 from sidecar.proxy.http import ClientGone, HttpRequest, Responder
 from sidecar.proxy.routes import ANTHROPIC, JSON, Route, Routes
 from sidecar.proxy.seen import Seen
+from sidecar.proxy.summary_calls import SummaryCalls
 from sidecar.proxy.upstream import Upstream, join, response_headers
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,18 @@ class App:
     """Serves the agent's requests."""
 
     def __init__(self, proxy: Proxy, upstream: Upstream, upstreams: Upstreams, routes: Routes,
-                 storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT) -> None:
+                 storage: str | None = None, prepare_timeout: float = PREPARE_TIMEOUT,
+                 summary_calls: SummaryCalls | None = None, summarizer: str = "agent") -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.upstreams = upstreams
         self.routes = routes
         self.storage = storage
         self.prepare_timeout = prepare_timeout
+        self.summary_calls = summary_calls
+        """Runs the sidecar's summary calls on the agent's model (None: ``--summarizer`` says otherwise)."""
+        self.summarizer = summarizer
+        """``--summarizer``: ``agent``, ``settings`` or ``deterministic``."""
         self.port: int | None = None
 
     async def handle(self, request: HttpRequest, responder: Responder) -> None:
@@ -88,7 +94,7 @@ class App:
             self._unmanaged(request, f"content-encoding {encoding}")
         else:
             try:
-                prepared = await self.prepare(route.adapter, route.path, request)
+                prepared = await self.prepare(route.adapter, route.path, request, self.upstream_url(route)[1])
             except BadRequest as error:  # the provider is the judge of what it accepts
                 self._unmanaged(request, f"the proxy cannot read it ({error.message})")
             except Exception as error:  # the sidecar's failure, whatever it is, never the agent's
@@ -104,9 +110,9 @@ class App:
         log.info("%s %s: forwarded as the agent sent it, unmanaged: %s", request.method, request.path, why)
         self.proxy.stats.unmanaged(session, request.body)
 
-    async def prepare(self, adapter: Adapter, path: str, request: HttpRequest) -> Prepared:
+    async def prepare(self, adapter: Adapter, path: str, request: HttpRequest, url: str | None = None) -> Prepared:
         """Read the body and let the core store and assemble it, within ``prepare_timeout`` (else the request goes
-        upstream as the agent sent it)."""
+        upstream as the agent sent it); ``url``, where it goes upstream, is where the session's summary calls go."""
         parsed, seen = self.proxy.reader.read(adapter, request.body)
         name, header = next(((name, value) for name in SESSION_HEADERS if (value := request.header(name))),
                             (None, None))
@@ -115,21 +121,35 @@ class App:
             # Claude Code's title and topic calls carry its session id but no tools: not the agent's conversation.
             self.proxy.stats.side(conversation.session_id)
             return Prepared(request.body, conversation, None, parsed.stream)
-        work = asyncio.ensure_future(self._locked(adapter, path, parsed, seen, conversation))
-        done, _ = await asyncio.wait((work,), timeout=self.prepare_timeout)
+        if self.summary_calls is not None and url is not None and not path.endswith("/count_tokens"):
+            # Before its messages reach the host: a compaction they start makes its summary calls this way.
+            self.summary_calls.remember(conversation.session_id, adapter.name, url, request.headers, parsed.values)
+        entered = asyncio.Event()
+        work = asyncio.ensure_future(self._locked(adapter, path, parsed, seen, conversation, entered))
+        stalled = asyncio.ensure_future(conversation.stalled.wait())
+        done, _ = await asyncio.wait((work, stalled), timeout=self.prepare_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        stalled.cancel()
         if work in done:
             return work.result()
-        # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
-        forget(work)
-        log.warning("session %s: forwarded as the agent sent it: the sidecar took over %gs (a long compaction?)",
-                    conversation.session_id, self.prepare_timeout)
+        if entered.is_set():
+            # Left to finish (the conversation's state stays whole); the answer to this request is not recorded.
+            forget(work)
+            conversation.stall(work)
+            why = f"the sidecar took over {self.prepare_timeout:g}s (a long compaction?)"
+        else:  # it waited for the conversation, held by a preparation left to finish: nothing of it was done
+            work.cancel()
+            forget(work)
+            why = "an earlier request of the conversation is still at the sidecar (a long compaction?)"
+        log.warning("session %s: forwarded as the agent sent it: %s", conversation.session_id, why)
         self.proxy.stats.unmanaged(conversation.session_id, request.body)
         return Prepared(request.body, conversation, None, parsed.stream)
 
     async def _locked(self, adapter: Adapter, path: str, parsed: Request, seen: Seen,
-                      conversation: Conversation) -> Prepared:
-        """The core's preparation, the agent's conversation locked meanwhile."""
+                      conversation: Conversation, entered: asyncio.Event) -> Prepared:
+        """The core's preparation, the agent's conversation locked meanwhile (``entered`` set once it is)."""
         async with conversation.lock:
+            entered.set()
             if path.endswith("/count_tokens"):
                 return await self.proxy.count(adapter, parsed, seen, conversation)
             return await self.proxy.prepare(adapter, parsed, seen, conversation)
@@ -141,9 +161,7 @@ class App:
         Should the provider refuse the sidecar's context (its status says so before a byte goes back), the request
         is sent once more as the agent sent it, unmanaged.
         """
-        anthropic = route.provider == ANTHROPIC
-        base = self.upstreams.anthropic if anthropic else self.upstreams.openai
-        url = join(base, route.target, strip_version=not anthropic)
+        base, url = self.upstream_url(route)
         while True:
             body = prepared.body if prepared is not None else request.body
             try:
@@ -191,11 +209,19 @@ class App:
             # reads the session once it has the answer finds it there.
             await self.proxy.answers.record(adapter, prepared, recorded)
 
+    def upstream_url(self, route: Route) -> tuple[str, str]:
+        """The upstream base URL of a route, and the URL its request goes to."""
+        anthropic = route.provider == ANTHROPIC
+        base = self.upstreams.anthropic if anthropic else self.upstreams.openai
+        return base, join(base, route.target, strip_version=not anthropic)
+
     def stats(self) -> dict[str, Any]:
         """What GET /stats answers."""
         return {"server": SERVER_NAME, "version": __version__, "pid": os.getpid(), "port": self.port,
                 "storage": self.storage, "upstreams": {"anthropic": self.upstreams.anthropic,
                                                        "openai": self.upstreams.openai},
+                "summarizer": self.summarizer,
+                "summaryModel": self.summary_calls.model if self.summary_calls is not None else None,
                 "uptimeSeconds": round(time.time() - self.proxy.stats.started, 1),
                 "problem": problem.as_json() if (problem := self.proxy.stats.problem) is not None else None,
                 "sessions": self.proxy.stats.as_json()}

@@ -96,6 +96,14 @@ class Conversation:
     """The agent's own session id (or one derived from the conversation's opening)."""
     lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
     branches: list[Branch] = attrs.Factory(list)
+    stalled: asyncio.Event = attrs.Factory(asyncio.Event)
+    """Set while a preparation that took too long (a compaction, say) is left to finish, holding the lock: the
+    conversation's other requests go upstream meanwhile instead of waiting for it."""
+
+    def stall(self, work: asyncio.Future[Any]) -> None:
+        """``work`` took too long and is left to finish: ``stalled`` until it does."""
+        self.stalled.set()
+        work.add_done_callback(lambda _: self.stalled.clear())
 
     def best(self, ids: Sequence[str]) -> tuple[Branch | None, int]:
         """The branch that shares the most leading ids with ``ids``, and how many."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 FORK_ATTEMPTS = 4
 OPENING_ROLES = ("system", "developer")
 """A derived session id takes these leading messages and the first after them: the system prompt alone is shared."""
+RESPAWN_WAIT = (5.0, 60.0)
+"""Seconds before the sidecar is started again after a failed start: the first wait, and the most (doubling)."""
 CHECK_SESSION = "(proxy check)"
 """A session id no one uses: asking for its usage opens the database and answers 'unknown session'."""
 
@@ -52,18 +55,34 @@ class Proxy:
         self.answers = Answers(client, stats)
         self._respawn = respawn
         self._respawning = asyncio.Lock()
+        self._respawn_wait = 0.0
+        self._respawn_at = 0.0
+        """When (``time.monotonic``) the sidecar may be started again after a failed start."""
+        self._respawn_error = ""
         client.on_compact(self._on_compact)
 
     async def connected(self) -> None:
         """Another sidecar process when the one in use is gone (killed, crashed), so that requests are managed
-        again; its branches ask the host for their whole context next."""
+        again; its branches ask the host for their whole context next. After a failed start the next attempt
+        waits (RESPAWN_WAIT, doubled each time): meanwhile requests go upstream at once, not each paying one."""
         if not self.client.closed or self._respawn is None:
             return
         async with self._respawning:
             if not self.client.closed:
                 return
+            if time.monotonic() < self._respawn_at:
+                raise SidecarUnavailable(f"the sidecar could not be started again: {self._respawn_error}")
             log.warning("the sidecar process is gone: starting another")
-            client = await self._respawn()
+            try:
+                client = await self._respawn()
+            except Exception as error:
+                self._respawn_wait = min(self._respawn_wait * 2 or RESPAWN_WAIT[0], RESPAWN_WAIT[1])
+                self._respawn_at = time.monotonic() + self._respawn_wait
+                self._respawn_error = reason(error)
+                log.warning("the sidecar could not be started again (%s): requests go upstream as the agent sent "
+                            "them; next attempt in %g s", self._respawn_error, self._respawn_wait)
+                raise SidecarUnavailable(f"the sidecar could not be started again: {self._respawn_error}") from error
+            self._respawn_wait = 0.0
             client.on_compact(self._on_compact)
             self.client = self.answers.client = client
             for conversation in self.conversations.all():
@@ -83,7 +102,7 @@ class Proxy:
             self.stats.failed(reason(error), requests=0)
 
     def _on_compact(self, event: t.DidCompactParams) -> None:
-        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after)
+        self.stats.compacted(event.session_id, event.tokens_before, event.tokens_after, event.summarizers)
         self._compacted(event.session_id)
 
     def session_of(self, adapter: Adapter, request: Request, seen: Seen) -> str:
@@ -347,6 +366,10 @@ async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) 
         return otherwise
     await sent[0]
     return sent[1]
+
+
+class SidecarUnavailable(Exception):
+    """The sidecar is gone and is not started again yet (a start failed a moment ago)."""
 
 
 def reason(error: BaseException) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from protocol.types import SummaryCallUsage
 from sidecar.proxy.adapters.base import Recorded
 
 BYTES_PER_TOKEN = 4
@@ -73,6 +74,16 @@ class SessionStats:
     compactions: int = 0
     compacted_tokens: int = 0
     """Tokens the compactions took off the context (before - after)."""
+    summarizers: dict[str, int] = attrs.field(factory=dict)
+    """The compactions' new summaries by who wrote them: ``client`` (the agent's model, through the proxy),
+    ``openai`` (the sidecar's ``llm`` setting), ``deterministic``."""
+    summary_model: str | None = None
+    summary_calls: int = 0
+    """Summary calls the proxy made on the agent's model for this session, and how many of them failed."""
+    summary_failures: int = 0
+    summary_input_tokens: int = 0
+    summary_output_tokens: int = 0
+    summary_cache_read_tokens: int = 0
     last_request: float = 0.0
 
     def cache_hit_rate(self) -> float | None:
@@ -91,6 +102,10 @@ class SessionStats:
             "cacheWriteTokens": self.cache_write_tokens, "outputTokens": self.output_tokens,
             "cacheHitRate": self.cache_hit_rate(), "compactions": self.compactions,
             "compactedTokens": self.compacted_tokens,
+            "summaries": {"writtenBy": dict(self.summarizers), "model": self.summary_model,
+                          "calls": self.summary_calls, "failed": self.summary_failures,
+                          "inputTokens": self.summary_input_tokens, "outputTokens": self.summary_output_tokens,
+                          "cacheReadTokens": self.summary_cache_read_tokens},
             "lastRequestAt": _iso(self.last_request),
         }
 
@@ -185,13 +200,29 @@ class Stats:
         entry.cache_read_tokens += recorded.cache_read_tokens or 0
         entry.cache_write_tokens += recorded.cache_write_tokens or 0
 
-    def compacted(self, session_id: str, before: int, after: int) -> None:
-        """A compaction of a session this proxy works on (context/didCompact)."""
+    def compacted(self, session_id: str, before: int, after: int, summarizers: dict[str, int] | None = None) -> None:
+        """A compaction of a session this proxy works on (context/didCompact), and who wrote its summaries."""
         if session_id not in self.sessions:
             return
         entry = self.sessions[session_id]
         entry.compactions += 1
         entry.compacted_tokens += max(0, before - after)
+        for name, count in (summarizers or {}).items():
+            entry.summarizers[name] = entry.summarizers.get(name, 0) + count
+
+    def summary_call(self, session_id: str, model: str) -> SessionStats:
+        """A summary call on the agent's model, made for the session; its entry, to count a failure on."""
+        entry = self._session(session_id)
+        entry.summary_calls += 1
+        entry.summary_model = model
+        return entry
+
+    def summary_usage(self, session_id: str, usage: SummaryCallUsage) -> None:
+        """What an answered summary call cost, as the provider reported it."""
+        entry = self._session(session_id)
+        entry.summary_input_tokens += usage.input_tokens
+        entry.summary_output_tokens += usage.output_tokens
+        entry.summary_cache_read_tokens += usage.cache_read_tokens or 0
 
     def as_json(self) -> list[dict[str, Any]]:
         """Every session, the most recently used first."""
@@ -201,3 +232,24 @@ class Stats:
 
 def _iso(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+WRITERS = {"client": "the agent's model", "openai": "the llm setting's model", "deterministic": "deterministic"}
+
+
+def summaries_line(entry: dict[str, Any]) -> str:
+    """Who wrote a session's summaries and what its summary calls cost; "" before any."""
+    summaries = entry.get("summaries") or {}
+    written = summaries.get("writtenBy") or {}
+    calls = summaries.get("calls") or 0
+    if not written and not calls:
+        return ""
+    model = summaries.get("model")
+    names = [f"{WRITERS.get(name, name)}{f' ({model})' if name == 'client' and model else ''} {count:,}"
+             for name, count in sorted(written.items())]
+    text = f"summaries by {', '.join(names) or 'none yet'}"
+    if calls:
+        text += (f"; summary calls {calls:,} ({summaries.get('failed', 0):,} failed): "
+                 f"{summaries.get('inputTokens', 0):,} tokens in, {summaries.get('outputTokens', 0):,} out, "
+                 f"{summaries.get('cacheReadTokens', 0):,} cache reads")
+    return text

@@ -167,6 +167,9 @@ class Host:
         self._frozen = False
         self._numbers = itertools.count(1)
         self.leaving: set[Any] = set()
+        self.drivers: dict[str, Any] = {}
+        """Per session, the connection that declared ``summaries`` and stored its messages last: it runs the
+        session's summary calls."""
         """Connections whose client has gone while their requests finish: told of no other session's changes."""
         self.errors = 0
         """Records of ERROR or worse logged: a host that logged none removes its log file when it exits."""
@@ -430,9 +433,14 @@ class Host:
         """A connection ended: what still runs of its work is cancelled (a stopping host); it follows and watches
         nothing any more."""
         self.transcripts.drop(server)
+        for session_id in [key for key, driver in self.drivers.items() if driver is server]:
+            del self.drivers[session_id]
         for future in server.protocol.handling():
             future.cancel()
-        # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them).
+        # Its automatic compactions finish for their sessions, as its requests do (a stopping host cancels them);
+        # those begun ahead of a threshold the session will not reach without this client apply their summaries.
+        if server.compactions is not None:
+            server.compactions.land_all_ahead()
         if server.background_tasks and not self._stopping():
             await asyncio.wait(list(server.background_tasks), timeout=FINISH_SECONDS)
         for task in list(server.background_tasks):
@@ -461,7 +469,8 @@ def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
     host = Host(db, Path(socket_file), linger, memory_limit)
     logging.getLogger().addHandler(_ErrorCount(host))
     # pygls loads while DuckDB opens the file (and replays its WAL): relays waiting on a new host wait less.
-    threading.Thread(target=importlib.import_module, args=("sidecar.rpc.handlers",), daemon=True).start()
+    importing = threading.Thread(target=importlib.import_module, args=("sidecar.rpc.handlers",), daemon=True)
+    importing.start()
     try:
         host.open()
         host.listen()
@@ -469,6 +478,9 @@ def main(db: str, socket_file: str, linger: float, memory_limit: str) -> int:
         message = getattr(error, "message", None) or str(error)
         _tell_starter(f"error {getattr(error, 'code', 0)} {message}")
         return 1
+    # Ready once it can answer a handshake at once: a connection's server needs those modules, and on a loaded
+    # machine their import outlasted the relay's HANDSHAKE_WAIT, which took the new host for no host at all.
+    importing.join()
     # Its starter may be gone (a client killed as it started): other relays may be waiting for this host all the
     # same, and if none comes it leaves, tidily, after ``linger``.
     _tell_starter(f"ready {os.getpid()}")

@@ -99,6 +99,9 @@ class SidecarServer(LanguageServer):
         self.following_sessions: set[str] = set()
         """Sessions this connection asked to follow (context/follow); it also follows every one it touched."""
         self.following_workspaces: set[str] = set()
+        self.driven: set[str] = set()
+        """Sessions this connection stored messages in while it declared ``summaries``: it runs their summary calls
+        (in a host, until another such connection stores messages in them)."""
         self.background_tasks: set[asyncio.Task[Any]] = set()
         self.change_listeners: list[Callable[[str, types.Usage], None]] = []
         self.compactions: CompactionRunner | None = None
@@ -199,6 +202,27 @@ class SidecarServer(LanguageServer):
         """Whether this connection is told about changes of the session (of the workspace)."""
         return session_id in self.touched_sessions or session_id in self.following_sessions or (
             workspace is not None and workspace in self.following_workspaces)
+
+    def drives(self, session_id: str) -> None:
+        """This connection stored messages in the session: if it runs summary calls, it runs the session's."""
+        if not self.sidecar.client_summaries:
+            return
+        self.driven.add(session_id)
+        if self.hub is not None:
+            self.hub.drivers[session_id] = self
+
+    def summary_asker(self, session_id: str) -> Callable[[Any, float], Awaitable[Any]] | None:
+        """How to ask the client that drives the session for a summary call (``context/summarize``); None when no
+        connected client that declared ``summaries`` drives it."""
+        if self.hub is not None:
+            driver = self.hub.drivers.get(session_id)
+            if driver is None or driver in self.hub.leaving:
+                return None
+        else:
+            driver = self if session_id in self.driven else None
+        if driver is None or driver.shutdown_requested:
+            return None
+        return lambda params, timeout: driver.ask(methods.CONTEXT_SUMMARIZE, params, timeout)
 
     def notify_session(self, session_id: str, method: str, params: Any) -> None:
         """Send a notification about a session here and to every other connection of the host following it."""

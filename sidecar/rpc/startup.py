@@ -125,7 +125,8 @@ def initialize_result(params: dict[str, Any], storage_path: str | None) -> dict[
 def sidecar_capabilities(served: list[str], summarizer: str, storage: str) -> dict[str, Any]:
     """``capabilities.experimental.contextSidecar`` of the initialize result (the server's and the early one)."""
     return {"protocolVersion": methods.PROTOCOL_VERSION, "methods": served,
-            "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": shown(storage)}
+            "compactionModes": list(methods.COMPACTION_MODES), "summarizer": summarizer, "storage": shown(storage),
+            "clientSummaries": True}
 
 
 def storage_of(message: Any, storage_path: str | None) -> tuple[str, str, bool] | None:

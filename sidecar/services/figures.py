@@ -173,7 +173,8 @@ class SessionFigures:
             # The whole prompt, as the provider counts it: with what the client sends beside the context.
             tokens, source = estimate + self.overhead(session), "estimate"
         state = self.runtime.get(session.session_id)
-        figures = usage_figures(tokens, window, self.settings.compaction, state is not None and state.compacting,
+        figures = usage_figures(tokens, window, self.settings.compaction,
+                                state is not None and state.compacting and not state.waiting,
                                 pruned)
         idle = state.idle_at if state is not None and self.settings.compaction.automatic else None
         hint = (idle and not_compacted_hint(figures.state, figures.percent, idle[1])) or figures.hint

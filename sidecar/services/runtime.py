@@ -59,6 +59,11 @@ class SessionRuntime:
     compacting: bool = False
     running: asyncio.Future[Any] | None = None
     """The compaction running now: its ``CompactResult`` once it ends (None when it failed or was cancelled)."""
+    staged: asyncio.Event | None = None
+    """Set it and the automatic compaction begun ahead of the threshold applies its summaries (now, or once they
+    are written); None when no such compaction runs."""
+    waiting: bool = False
+    """That compaction's summaries are written and wait for the threshold: the session is not being compacted."""
 
     def note_assembled(self, revision: int, uncalibrated_tokens: float) -> None:
         """An assembled context's size at a session revision: what a usage report at that revision counted."""

@@ -36,6 +36,8 @@ class Sidecar(SessionFigures):
 
     usage_notifications: bool = True
     compaction_hooks: bool = False
+    client_summaries: bool = False
+    """The client declared ``summaries``: it runs the summarizer calls of the sessions it drives on its model."""
     notify: Callable[[str, Any], None] = lambda method, params: None
     """Sends a notification to this connection's client (the server sets it)."""
     _storage: Store | None = None

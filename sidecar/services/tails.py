@@ -239,6 +239,10 @@ class _Peer:
     def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(work)
 
+    def summary_asker(self, session_id: str) -> None:
+        """It only records the agents' own compactions: no summary calls."""
+        return None
+
 
 def proxy_session(store: Store, session_id: str) -> str | None:
     """The session context-sidecar proxy writes an agent's conversation to: the agent's own session id, or a branch

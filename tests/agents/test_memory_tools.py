@@ -20,7 +20,16 @@ FACT = "the deploy password hint is QUOKKA-314"
 
 def test_claude_code_finds_what_an_earlier_session_of_the_workspace_was_told(
         claude: Claude, agent_world: AgentWorld) -> None:
-    agent_world.run([agent_world.sidecar, "setup", "claude-code"]).check()
+    claude_code_finds_the_fact(claude, agent_world, [])
+
+
+def test_claude_code_finds_it_in_a_team_database(claude: Claude, agent_world: AgentWorld, pg_url: str) -> None:
+    """The same through a team's PostgreSQL database: setup --db URL, the transcripts imported into it."""
+    claude_code_finds_the_fact(claude, agent_world, ["--db", pg_url])
+
+
+def claude_code_finds_the_fact(claude: Claude, agent_world: AgentWorld, db: list[str]) -> None:
+    agent_world.run([agent_world.sidecar, "setup", "claude-code", *db]).check()
     agent_world.provider.responder = reference_policy()
     first = claude.run(f"Remember this for later: {FACT}.").check()
     agent_world.provider.responder = reference_policy(tool="mcp__context-sidecar__memory_grep",

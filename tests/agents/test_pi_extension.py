@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sidecar.client import SidecarClient
+from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import RecordedRequest, Reply, ToolCall, reference_policy
 from sidecar.testing.conversation import prompt_chars
 from tests.agents.runners import Claude, Pi, PiRpc
@@ -70,6 +71,11 @@ def user_texts(request: RecordedRequest) -> list[str]:
     return out
 
 
+def pi_requests(world: AgentWorld) -> list[RecordedRequest]:
+    """pi's own requests to its model, without the sidecar's summary calls that the extension runs on it."""
+    return [r for r in world.provider.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
+
+
 def notices(rpc: PiRpc) -> list[str]:
     """What the extension told the user (pi's notify, sent as extension UI requests in RPC mode)."""
     return [e["message"] for e in rpc.events if e.get("type") == "extension_ui_request" and e.get("method") == "notify"]
@@ -99,9 +105,9 @@ def test_after_the_sidecar_compacts_pi_sends_its_summary_within_the_window(pi: P
     with with_extension(pi) as rpc:
         requests: list[RecordedRequest] = []
         for step in range(40):
-            before = len(agent_world.provider.model_requests)
+            before = len(pi_requests(agent_world))
             rpc.prompt(words(step))
-            requests += agent_world.provider.model_requests[before:]
+            requests += pi_requests(agent_world)[before:]
             if any(text.startswith(SUMMARY_TAG) for text in user_texts(requests[-1])):
                 break
         else:
@@ -113,7 +119,7 @@ def test_after_the_sidecar_compacts_pi_sends_its_summary_within_the_window(pi: P
     sizes = [prompt_tokens(r) for r in requests]
     assert max(sizes) <= window, sizes
     assert max(sizes) > window // 2, "the session filled the window: the budget, not chance, kept it within"
-    last = user_texts(agent_world.provider.model_requests[-1])
+    last = user_texts(pi_requests(agent_world)[-1])
     assert last[0].startswith(SUMMARY_TAG), "the sidecar's summary opens the conversation"
     assert not any(text.startswith("step 0:") for text in last), "the summary stands for the first steps"
     assert last[-1].startswith("step 99:") and any(e.get("type") == "agent_end" for e in after)
@@ -200,15 +206,16 @@ async def test_pis_compact_command_compacts_through_the_sidecar(pi: Pi, agent_wo
     with with_extension(pi) as rpc:
         for step in range(8):
             rpc.prompt(words(step))
-        asked = len(agent_world.provider.model_requests)
+        asked = len(pi_requests(agent_world))
         compacted = rpc.request({"type": "compact", "customInstructions": "the tokenizer rules"}, timeout=60)
-        assert len(agent_world.provider.model_requests) == asked, "pi's own summarizer was never called"
+        # The sidecar's summary calls run on pi's model (context/summarize); pi's own summarizer is never called.
+        assert len(pi_requests(agent_world)) == asked, "pi's own summarizer was never called"
         summary = compacted["data"]["summary"]
         assert summary.startswith(SUMMARY_TAG)
         assert compacted["data"]["details"]["source"] == "context-sidecar"
         rpc.prompt("what next?")
 
-    sent = user_texts(agent_world.provider.model_requests[-1])
+    sent = user_texts(pi_requests(agent_world)[-1])
     assert summary.split('"')[1] in sent[0], "the next request opens with the summary the sidecar made"
     assert not any(text.startswith("step 0:") for text in sent) and sent[-1] == "what next?"
     session, entries = session_file(pi)
@@ -352,6 +359,30 @@ def test_pi_carries_on_when_the_sidecar_cannot_start(pi: Pi, agent_world: AgentW
     for request in (first, second):
         assert not {t.name for t in request.tools} & {"memory_grep", "memory_query"}, "no tool without its server"
     assert [m["role"] for m in second.body["messages"]] == ["system", "user", "assistant", "user"]
+
+
+async def test_pi_does_not_wait_for_a_sidecar_that_hangs_and_uses_it_once_it_answers(
+        pi: Pi, agent_world: AgentWorld, memory: SidecarClient) -> None:
+    configure(pi, window=200_000, reserve=16_384)
+    gate = agent_world.root / "gate"
+    hanging = agent_world.root / "hanging-sidecar"  # answers nothing until the gate opens, then is the server
+    hanging.write_text(f'#!/bin/sh\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\nexec "{agent_world.sidecar}" "$@"\n')
+    hanging.chmod(0o755)
+
+    def respond(request: RecordedRequest) -> str:
+        gate.touch()  # pi asked its model while the server still hung: it did not wait for it
+        return "answered"
+
+    agent_world.provider.responder = respond
+    deadline = time.monotonic() + 90
+    with with_extension(pi, env={"CONTEXT_SIDECAR_COMMAND": str(hanging)}) as rpc:
+        rpc.prompt("<<opening>> hello")
+        while not (sessions := (await memory.sessions()).sessions) and time.monotonic() < deadline:
+            rpc.prompt("and now?")  # each call finds the server ready or not; once ready, it stores the branch
+    said = notices(rpc)
+    assert said == [], "the extension never gave up on the server"
+    [session] = sessions
+    assert (await memory.grep(session.session_id, "<<opening>>", scope="messages")).matches  # what it missed, stored
 
 
 def test_pi_says_once_why_the_sidecar_cannot_store_its_session(pi: Pi, agent_world: AgentWorld) -> None:

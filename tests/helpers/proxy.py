@@ -14,8 +14,12 @@ from typing import Any
 import attrs
 
 from sidecar.client import SidecarClient
+from sidecar.summarizers.prompts import SYSTEM_PROMPT
+from sidecar.testing import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 
+WAIT = 120.0
+"""Seconds a request through the proxy may take on a busy machine (httpx's default is 5)."""
 MARKER = re.compile(r',"cache_control":\{[^{}]*\}')
 
 
@@ -24,7 +28,7 @@ class RunningProxy:
     """A proxy process, its URL and database."""
 
     url: str
-    db: Path
+    db: str
     log: Path
     process: asyncio.subprocess.Process
 
@@ -35,10 +39,10 @@ class RunningProxy:
 @contextlib.asynccontextmanager
 async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] | None = None,
                         args: tuple[str, ...] = (), openai: str | None = None,
-                        env: dict[str, str] | None = None) -> AsyncIterator[RunningProxy]:
+                        env: dict[str, str] | None = None, db: str | None = None) -> AsyncIterator[RunningProxy]:
     """`context-sidecar proxy --port 0` with both upstreams at ``upstream`` (an origin; ``openai``: the OpenAI one
-    elsewhere), stopped with SIGINT."""
-    db = tmp_path / "proxy.duckdb"
+    elsewhere), on ``db`` (default a fresh DuckDB file), stopped with SIGINT."""
+    db = db or str(tmp_path / "proxy.duckdb")
     log = tmp_path / "proxy.log"
     argv = ["--db", str(db), "--log-file", str(log), "-v", "--anthropic-upstream", upstream,
             "--openai-upstream", f"{openai or upstream}/v1", *args]
@@ -51,14 +55,24 @@ async def running_proxy(tmp_path: Path, upstream: str, settings: dict[str, Any] 
         yield RunningProxy(url, db, log, process)
 
 
+def children(pid: int) -> list[int]:
+    """A process's children (the proxy's: the sidecar process it started), from /proc."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 @contextlib.asynccontextmanager
-async def reader(db: Path) -> AsyncIterator[SidecarClient]:
+async def reader(db: Path | str) -> AsyncIterator[SidecarClient]:
     """A client on the proxy's database (through its shared host), to see what was stored."""
     client = await SidecarClient.spawn(db=str(db))
     try:
         yield client
     finally:
         await client.close()
+
+
+def agent_requests(fake: FakeProvider) -> list[RecordedRequest]:
+    """The agent's requests the fake got, without the summary calls the proxy made on the agent's model."""
+    return [r for r in fake.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
 
 
 def messages_of(raw: bytes, key: str = "messages") -> list[str]:

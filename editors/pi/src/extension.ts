@@ -10,6 +10,7 @@ import { AssembleResult, CompactResult, ErrorCodes, MEMORY_TOOLS, Methods, TRANS
 import { RpcError } from './rpc';
 import { initializationOptions, readSources, resolveSettings, Settings } from './settings';
 import { Sidecar } from './sidecar';
+import { summarize } from './summaries';
 import { branchMessages, MESSAGE_OVERHEAD_TOKENS, textTokens, wireText } from './wire';
 
 export const STATUS_KEY = 'context-sidecar';
@@ -19,6 +20,12 @@ const REQUEST_TIMEOUT_MS = 60_000;
 const TOOL_TIMEOUT_MS = 300_000;
 /** How long a `context` call waits for pi to write the messages it was handed (pi writes them a moment later). */
 const WRITE_WAIT_ROUNDS = 25;
+/**
+ * How long pi waits, from the server's start, for its `initialize` answer (a healthy one answers well within):
+ * one that hangs costs pi this once, not the whole start timeout. Until it answers, pi sends its own context
+ * (what the sidecar missed is stored at the next call after), and a start that fails is said as ever.
+ */
+const START_WAIT_MS = 3_000;
 
 const TOOL_LABELS: Record<string, string> = {
   memory_grep: 'Memory grep',
@@ -61,6 +68,8 @@ export class PiSidecar {
   private status: string | undefined;
   /** The workspace pi's sessions are recorded under (the server's root): pi's directory when it started. */
   private workspace: string | undefined;
+  /** When the server was started (`Date.now()`). */
+  private startedAt = 0;
 
   constructor(
     private readonly pi: ExtensionApi,
@@ -105,11 +114,11 @@ export class PiSidecar {
     this.start(ctx.cwd);
   }
 
-  /** The first prompt waits for the server, so its first request already has the sidecar's context and tools. */
+  /** The first prompt waits (a while) for the server, so its first request already has the sidecar's context. */
   private async onBeforeAgentStart(ctx: ContextView): Promise<undefined> {
     this.ctx = ctx;
     try {
-      await this.ready(ctx);
+      await this.started(ctx);
     } catch (error) {
       this.fail(error);
     }
@@ -143,7 +152,10 @@ export class PiSidecar {
       return undefined;
     }
     try {
-      const sidecar = await this.ready(ctx);
+      const sidecar = await this.started(ctx);
+      if (!sidecar) {
+        return undefined; // Still starting: pi's own context for this call.
+      }
       const manager = ctx.sessionManager;
       await waitWritten(messages, manager);
       const branch = manager.getBranch();
@@ -194,7 +206,10 @@ export class PiSidecar {
       return undefined;
     }
     try {
-      const sidecar = await this.ready(ctx);
+      const sidecar = await this.started(ctx);
+      if (!sidecar) {
+        return undefined; // Still starting: pi compacts with its own summarizer.
+      }
       const manager = ctx.sessionManager;
       const branch = event.branchEntries;
       const key = sessionKey(manager.getSessionId(), manager.getEntries(), branch);
@@ -288,8 +303,10 @@ export class PiSidecar {
         db: this.settings.db,
         cwd,
         initializationOptions: initializationOptions(this.settings),
+        summarize: (params) => summarize(params, this.ctx),
       });
       this.sidecar = sidecar;
+      this.startedAt = Date.now();
       this.workspace = cwd;
       sidecar.onNotification(Methods.CONTEXT_DID_CHANGE_USAGE, (usage: Usage) => this.showUsage(usage));
       sidecar.onNotification('window/showMessage', (params: { type?: number; message?: string }) => {
@@ -312,6 +329,21 @@ export class PiSidecar {
   private watch(sidecar: Sidecar, workspace: string): void {
     const env = Object.fromEntries(TRANSCRIPT_ENV.flatMap((name) => (this.env[name] ? [[name, this.env[name]]] : [])));
     sidecar.request(Methods.MEMORY_WATCH, { workspace, env }, { timeoutMs: REQUEST_TIMEOUT_MS }).catch(() => undefined);
+  }
+
+  /** The server once it answered; undefined while a start takes longer than START_WAIT_MS (waited for once). */
+  private async started(ctx: ContextView): Promise<Sidecar | undefined> {
+    const starting = this.ready(ctx);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), Math.max(0, this.startedAt + START_WAIT_MS - Date.now()));
+    });
+    try {
+      return await Promise.race([starting, late]);
+    } finally {
+      clearTimeout(timer);
+      starting.catch(() => undefined); // A start that fails later is said by start()'s own handler.
+    }
   }
 
   private async ready(ctx: ContextView): Promise<Sidecar> {

@@ -113,7 +113,15 @@ export interface ContextView {
   cwd: string;
   sessionManager: SessionManagerView;
   model: PiModel | undefined;
+  modelRegistry: ModelRegistryView;
   getSystemPrompt(): string;
+}
+
+/** pi's model registry: the credentials pi's own compaction calls its model with. */
+export interface ModelRegistryView {
+  getApiKeyAndHeaders(
+    model: PiModel,
+  ): Promise<{ ok: true; apiKey?: string; headers?: Record<string, string> } | { ok: false; error: string }>;
 }
 
 export interface ToolResult {

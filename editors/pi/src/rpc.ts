@@ -235,11 +235,26 @@ export class Connection {
     if (message.id !== undefined && message.id !== null) {
       const handler = this.requestHandlers.get(message.method);
       if (handler) {
+        const id = message.id;
+        const refuse = (error: unknown) =>
+          this.write({
+            jsonrpc: '2.0',
+            id,
+            error: error instanceof RpcError ? { code: error.code, message: error.message } : { code: -32603, message: String(error) },
+          });
         let result: unknown;
         try {
           result = handler(message.params);
         } catch (error) {
-          this.write({ jsonrpc: '2.0', id: message.id, error: { code: -32603, message: String(error) } });
+          refuse(error);
+          return;
+        }
+        if (result instanceof Promise) {
+          // Answered when it settles (a summary call on pi's model), unless the connection closed meanwhile.
+          result.then(
+            (value) => this.closedWith || this.write({ jsonrpc: '2.0', id, result: value ?? null }),
+            (error) => this.closedWith || refuse(error),
+          );
           return;
         }
         this.write({ jsonrpc: '2.0', id: message.id, result: result ?? null });

@@ -24,6 +24,8 @@ export interface StartOptions {
   cwd: string;
   initializationOptions: Record<string, unknown>;
   env?: NodeJS.ProcessEnv;
+  /** Runs the server's summary calls (`context/summarize`) on pi's model; declared as `summaries` when given. */
+  summarize?: (params: any) => Promise<unknown>;
 }
 
 /** Why the sidecar cannot be used, in words for the user. */
@@ -85,6 +87,10 @@ export class Sidecar {
     this.connection.onRequest('client/registerCapability', () => null);
     this.connection.onRequest('window/showMessageRequest', () => null);
     this.connection.onRequest('context/willCompact', () => ({ action: 'proceed' }));
+    const summarize = options.summarize;
+    if (summarize) {
+      this.connection.onRequest('context/summarize', (params: any) => summarize(params));
+    }
     this.ready = this.initialize();
     this.ready.catch(() => {});
   }
@@ -182,7 +188,9 @@ export class Sidecar {
           rootUri: uri,
           rootPath: root,
           workspaceFolders: [{ uri, name: basename(root) }],
-          capabilities: { experimental: { [EXPERIMENTAL_KEY]: { usageNotifications: true, compactionHooks: false } } },
+          capabilities: {
+            experimental: { [EXPERIMENTAL_KEY]: { usageNotifications: true, compactionHooks: false, summaries: !!this.options.summarize } },
+          },
           initializationOptions: this.options.initializationOptions,
         },
         { timeoutMs: START_TIMEOUT_MS },

@@ -31,6 +31,7 @@ def setup(server: SidecarServer) -> None:
         if isinstance(wanted, dict):
             ls.sidecar.usage_notifications = wanted.get("usageNotifications", True) is not False
             ls.sidecar.compaction_hooks = wanted.get("compactionHooks", False) is True
+            ls.sidecar.client_summaries = wanted.get("summaries", False) is True
         root = workspace_root(params)
         ls.sidecar.workspace = workspace_key(root or ls.peer_cwd or os.getcwd())
         path = ls.sidecar.resolve_storage_path(root)

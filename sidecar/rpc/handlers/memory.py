@@ -35,6 +35,7 @@ CATCH_UP_SECONDS = 10.0
 async def ingest(ls: SidecarServer, params: IngestParams) -> Any:
     result = memory.ingest(ls.sidecar, params)
     ls.settle_later()
+    ls.drives(params.session_id)
     ls.session_changed(params.session_id, result.usage)
     return unstructure(result)
 

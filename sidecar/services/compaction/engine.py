@@ -8,7 +8,8 @@ before that leaves the session exactly as it was.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import attrs
 
@@ -27,7 +28,7 @@ from sidecar.services.compaction.rewrite import Rewrite
 from sidecar.services.state import Sidecar
 from sidecar.summarizers.base import Summarizer, SummaryRequest
 from sidecar.summarizers.deterministic import DeterministicSummarizer
-from sidecar.summarizers.escalation import summarize_with_escalation
+from sidecar.summarizers.escalation import EscalatedSummary, summarize_with_escalation
 
 SPLIT_TURN_HEADING = "## Turn Context (split turn)"
 
@@ -62,19 +63,24 @@ class Outcome:
     message_count: int = 0
     tokens_rewritten: int = 0
     """Prompt tokens from the first item the rewrite changed on."""
+    summarizers: dict[str, int] = attrs.field(factory=dict)
+    """How many of the new summaries each summarizer wrote."""
 
 
 class Compaction:
     """Compacts one session once, in one of the modes of docs/protocol.md (``context/compact``)."""
 
     def __init__(self, sidecar: Sidecar, session_id: str, mode: str, focus: str | None,
-                 summarizer: Summarizer, progress: Progress | None = None, target: Target | None = None) -> None:
+                 summarizer: Summarizer, progress: Progress | None = None, fall_back_on_failure: bool = False,
+                 target: Target | None = None) -> None:
         self.sidecar = sidecar
         self.session_id = session_id
         self.mode = mode
         self.focus = focus or None
         self.summarizer = summarizer
         self.fallback = DeterministicSummarizer()
+        self.fall_back_on_failure = fall_back_on_failure
+        """A failed summarizer call is replaced by the deterministic summary instead of failing the compaction."""
         self.progress = progress or (lambda done, planned: None)
         self.settings = sidecar.settings.compaction
         self.target = target
@@ -103,8 +109,10 @@ class Compaction:
         """Messages and summaries in the current context, as willCompact reports them."""
         return len(self.rewrite.nodes)
 
-    async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None) -> Outcome:
-        """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff."""
+    async def run(self, supplied_summary: str | None = None, tokens_before: int | None = None,
+                  ready: Callable[[], Awaitable[None]] | None = None) -> Outcome:
+        """Compact; ``supplied_summary`` (from a client hook) replaces the summarizer for a handoff; ``ready``, when
+        given, is awaited between writing the summaries and applying them (a compaction begun ahead of time)."""
         rewrite = self.rewrite
         session, before = self._begin(tokens_before)
         # The context as assemble sends it now: the coalesced prune step is part of this rewrite's savings.
@@ -131,6 +139,8 @@ class Compaction:
             return self._outcome(False, before, before, rounds,
                                  f"not worth a rewrite: it would save {raw_before - virtual_after:,} of "
                                  f"{raw_before:,} tokens, less than compaction.minSavings ({min_savings:.0%})")
+        if ready is not None:
+            await ready()
         # No await from here to the write: a pin can no longer slip in between.
         rewrite.keep_newly_anchored()
         rewrite.apply()
@@ -180,7 +190,9 @@ class Compaction:
         return Outcome(compacted=compacted, mode=self.mode, tokens_before=before, tokens_after=after, rounds=rounds,
                        summary_ids=[s.id for s in rewrite.new_summaries if s.id in top] if compacted else [],
                        reason=reason, summary=summary, calls=self.calls, db_seconds=rewrite.db_seconds,
-                       message_count=len(rewrite.nodes))
+                       message_count=len(rewrite.nodes),
+                       summarizers=dict(Counter(s.summarizer for s in rewrite.new_summaries if s.id in top))
+                       if compacted else {})
 
     # Leaf and condensed passes
 
@@ -216,8 +228,8 @@ class Compaction:
             requests.append(SummaryRequest(kind="leaf", sources=rewrite.render(chunk),
                                            target_tokens=max(64, source_tokens // 3),
                                            previous_summary=rewrite.summary_before(chunk[0]), focus=self.focus))
-        texts = await self._summarize_all(requests)
-        rewrite.replace(chunks, [("leaf", text, 0) for text in texts])
+        made = await self._summarize_all(requests)
+        rewrite.replace(chunks, [("leaf", m.text, 0) for m in made], [m.writer for m in made])
         return True
 
     async def _condensed_pass(self) -> bool:
@@ -232,9 +244,9 @@ class Compaction:
             requests.append(SummaryRequest(kind="condensed", sources=rewrite.render(group),
                                            target_tokens=max(64, source_tokens // 2),
                                            previous_summary=rewrite.summary_before(group[0]), focus=self.focus))
-        texts = await self._summarize_all(requests)
-        rewrite.replace(groups, [("condensed", text, rewrite.nodes[group[0]].depth + 1)
-                                 for group, text in zip(groups, texts, strict=True)])
+        made = await self._summarize_all(requests)
+        rewrite.replace(groups, [("condensed", m.text, rewrite.nodes[group[0]].depth + 1)
+                                 for group, m in zip(groups, made, strict=True)], [m.writer for m in made])
         return True
 
     # Handoff
@@ -257,14 +269,15 @@ class Compaction:
         if not prefix:
             history = [i for i in replaced if i != previous_index]
         if supplied is not None:
-            text = supplied.strip()
+            text, writer = supplied.strip(), self.summarizer.name
         else:
-            text = await self._handoff_text(history, prefix, previous)
+            text, writer = await self._handoff_text(history, prefix, previous)
         depth = max((nodes[i].depth + 1 for i in replaced if nodes[i].kind == "summary"), default=0)
-        rewrite.replace([replaced], [("handoff", text, depth)])
+        rewrite.replace([replaced], [("handoff", text, depth)], [writer])
         return True
 
-    async def _handoff_text(self, history: list[int], prefix: list[int], previous: str | None) -> str:
+    async def _handoff_text(self, history: list[int], prefix: list[int], previous: str | None) -> tuple[str, str]:
+        """The handoff summary's text and the summarizer that wrote it (of its main part, when two did)."""
         rewrite = self.rewrite
         source_tokens = sum(rewrite.nodes[i].tokens for i in history + prefix)
         target = min(max(source_tokens // 4, 600), 6000)
@@ -277,21 +290,23 @@ class Compaction:
             prefix_tokens = sum(rewrite.nodes[i].tokens for i in prefix)
             requests.append(SummaryRequest(kind="leaf", sources=rewrite.render(prefix),
                                            target_tokens=max(64, min(prefix_tokens // 3, 2000)), focus=self.focus))
-        texts = await self._summarize_all(requests)
-        main = texts[0] if history or previous is None else strip_footer(previous or "")
-        return f"{main}\n\n{SPLIT_TURN_HEADING}\n{texts[-1]}" if prefix else main
+        made = await self._summarize_all(requests)
+        main = made[0].text if history or previous is None else strip_footer(previous or "")
+        text = f"{main}\n\n{SPLIT_TURN_HEADING}\n{made[-1].text}" if prefix else main
+        return text, made[0].writer
 
-    async def _summarize_all(self, requests: list[SummaryRequest]) -> list[str]:
+    async def _summarize_all(self, requests: list[SummaryRequest]) -> list[EscalatedSummary]:
         """Summaries for every request, concurrently (the summarizer bounds concurrency); all or none."""
         self.planned += len(requests)
         self.progress(self.done, self.planned)
 
-        async def one(request: SummaryRequest) -> str:
-            outcome = await summarize_with_escalation(self.summarizer, self.fallback, request)
+        async def one(request: SummaryRequest) -> EscalatedSummary:
+            outcome = await summarize_with_escalation(self.summarizer, self.fallback, request,
+                                                      self.fall_back_on_failure)
             self.calls += outcome.calls
             self.done += 1
             self.progress(self.done, self.planned)
-            return outcome.text
+            return outcome
 
         try:
             async with asyncio.TaskGroup() as group:

@@ -209,16 +209,19 @@ class Rewrite:
 
     # Rewriting
 
-    def replace(self, groups: list[list[int]], made: list[tuple[str, str, int]]) -> None:
-        """Swap each group of nodes for a new summary node (kind, text, depth), recording lineage."""
+    def replace(self, groups: list[list[int]], made: list[tuple[str, str, int]],
+                writers: Sequence[str] | None = None) -> None:
+        """Swap each group of nodes for a new summary node (kind, text, depth), recording lineage and, per summary,
+        the summarizer that wrote it (``summarizer_name`` when ``writers`` does not say)."""
         self._load_raws(groups)
-        first_of = {group[0]: (group, spec) for group, spec in zip(groups, made, strict=True)}
+        names = list(writers) if writers is not None else [self.summarizer_name] * len(groups)
+        first_of = {group[0]: (group, spec, name) for group, spec, name in zip(groups, made, names, strict=True)}
         dropped = {i for group in groups for i in group}
         nodes: list[Node] = []
         for index, node in enumerate(self.nodes):
             if index in first_of:
-                group, (kind, content, depth) = first_of[index]
-                nodes.append(self._new_summary(group, kind, content, depth))
+                group, (kind, content, depth), name = first_of[index]
+                nodes.append(self._new_summary(group, kind, content, depth, name))
             elif index not in dropped:
                 nodes.append(node)
         self.nodes = nodes
@@ -239,7 +242,7 @@ class Rewrite:
         stored = self.messages[node.position]
         return _Stats(stored.message_at, stored.message_at, 1)
 
-    def _new_summary(self, group: list[int], kind: str, text: str, depth: int) -> Node:
+    def _new_summary(self, group: list[int], kind: str, text: str, depth: int, writer: str) -> Node:
         members = [self.nodes[i] for i in group]
         stats = [self._stats_of(node) for node in members]
         texts = {node.position: self.messages[node.position].text for node in members if node.kind == "message"}
@@ -253,7 +256,7 @@ class Rewrite:
         row = SummaryRow(id=summary_id, kind=kind, depth=depth, content=content, tokens=tokens,
                          source_tokens=sum(node.tokens for node in members),
                          message_count=sum(s.messages for s in stats), earliest_at=earliest, latest_at=latest,
-                         summarizer=self.summarizer_name, created_at=utcnow(), rules=rules, rules_left_out=left_out)
+                         summarizer=writer, created_at=utcnow(), rules=rules, rules_left_out=left_out)
         self.new_summaries.append(row)
         self._remember(row)
         self.sources.append((summary_id, [(node.kind, node.ref_id) for node in members]))

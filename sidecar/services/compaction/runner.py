@@ -9,7 +9,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -79,6 +79,9 @@ class CompactionPeer(Protocol):
     def run_in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a task the server keeps until it ends."""
 
+    def summary_asker(self, session_id: str) -> Callable[[Any, float], Awaitable[Any]] | None:
+        """How to ask the client driving the session for a summary call, if one that declared ``summaries`` does."""
+
 
 class CompactionRunner:
     """Starts compactions, manual and automatic, and tells the client about them."""
@@ -89,6 +92,8 @@ class CompactionRunner:
         self._summarizer: Summarizer | None = None
         self._summarizer_key: Any = None
         self.calls: deque[float] = deque()
+        self.ahead: set[str] = set()
+        """Sessions whose automatic compaction this connection began ahead of their threshold, still running."""
 
     def summarizer(self) -> Summarizer:
         """The summarizer for the current settings, rebuilt when they change."""
@@ -99,6 +104,16 @@ class CompactionRunner:
             self._summarizer = summarizer_from_settings(self.sidecar.settings.llm)
             self._summarizer_key = key
         return self._summarizer
+
+    def summarizer_for(self, session_id: str) -> Summarizer:
+        """The session's summarizer: the model of the client driving it, if that client runs summary calls, else
+        ``summarizer()``."""
+        ask = self.server.summary_asker(session_id)
+        if ask is None:
+            return self.summarizer()
+        from sidecar.summarizers.client import ClientSummarizer
+
+        return ClientSummarizer(ask, session_id, self.sidecar.settings.llm)
 
     def answerer(self) -> Answerer | None:
         """The summarizer's model as a question answerer (for memory_query), or None without an LLM."""
@@ -149,6 +164,7 @@ class CompactionRunner:
         """Once no compaction of the session runs: the result of the last one waited for (None: none ran, or it
         failed), with the session's usage now."""
         result: CompactResult | None = None
+        self.land_ahead(session_id)
         while (running := self.sidecar.runtime.of(session_id).running) is not None:
             log.info("session %s: waiting for the compaction that is running", session_id)
             result = await asyncio.shield(running)
@@ -223,8 +239,11 @@ class CompactionRunner:
                        self.sidecar.runtime.of(session_id), asyncio.get_running_loop().create_future())
         begun.state.compacting, begun.state.running = True, begun.done
         try:
-            begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, self.summarizer(),
+            summarizer = self.summarizer_for(session_id)
+            # A client's model call that fails never fails the compaction: the deterministic summary stands in.
+            begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
                                           progress=self._progress_reporter(begun.token, session_id),
+                                          fall_back_on_failure=summarizer.name == "client",
                                           target=self._target(session_id, budget))
             begun.session = begun.compaction.load()
             begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
@@ -262,7 +281,8 @@ class CompactionRunner:
             if token is not None:
                 self._begin_progress(token, mode)
             try:
-                outcome = await compaction.run(supplied, tokens_before)
+                outcome = await compaction.run(supplied, tokens_before,
+                                               None if begun.staged is None else begun.until_threshold)
                 if outcome.compacted:
                     begun.state.note_compacted()
                 elif trigger == "auto":  # usage tells why until the context has grown enough to try again
@@ -280,13 +300,19 @@ class CompactionRunner:
         log.info("compaction of %s (%s, %s): %s, %d -> %d tokens, %d calls, %.1f ms in the database",
                  session_id, outcome.mode, trigger, "done" if outcome.compacted else outcome.reason,
                  outcome.tokens_before, outcome.tokens_after, outcome.calls, outcome.db_seconds * 1000)
+        spent = getattr(compaction.summarizer, "spent", None)
+        if spent is not None and spent.calls:
+            log.info("summary calls of %s on the client's model (%s): %d, %d tokens in, %d out, %d cache reads",
+                     session_id, ", ".join(sorted(spent.models)) or "unnamed", spent.calls, spent.input_tokens,
+                     spent.output_tokens, spent.cache_read_tokens)
         if outcome.compacted:
             self.server.settle_later()
             # After the usage pushed above, so a client that reacts to didCompact already has the new usage.
             self.server.notify_session(session_id, methods.CONTEXT_DID_COMPACT, unstructure(DidCompactParams(
                 session_id=session_id, mode=outcome.mode, trigger=trigger,  # type: ignore[arg-type]
                 summary_ids=outcome.summary_ids, tokens_before=outcome.tokens_before,
-                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten)))
+                tokens_after=outcome.tokens_after, tokens_rewritten=outcome.tokens_rewritten,
+                summarizers=outcome.summarizers or None)))
         return self._result(session_id, outcome)
 
     async def record(self, params: RecordCompactionParams, upto: int | None = None) -> RecordCompactionResult:
@@ -429,11 +455,32 @@ class CompactionRunner:
             self.calls.popleft()
         return len(self.calls)
 
+    def land_ahead(self, session_id: str) -> None:
+        """The compaction begun ahead of the session's threshold applies its summaries as soon as they are written."""
+        state = self.sidecar.runtime.get(session_id)
+        if state is not None and state.staged is not None:
+            state.staged.set()
+
+    def land_all_ahead(self) -> None:
+        """Every compaction this connection began ahead applies its summaries once written (the connection ends)."""
+        for session_id in list(self.ahead):
+            self.land_ahead(session_id)
+
     def maybe_auto(self, session_id: str, usage: Usage) -> None:
-        """Start a background compaction when the session is over its threshold and nothing holds it back."""
+        """Start a background compaction when the session is over its threshold and nothing holds it back; one
+        whose summaries a model writes starts ahead, at ``summarizeAhead`` of the threshold, and applies them at it."""
         settings = self.sidecar.settings.compaction
-        if not settings.automatic or usage.tokens < usage.threshold:
+        if not settings.automatic:
             return
+        ahead = usage.tokens < usage.threshold
+        if ahead and (settings.summarize_ahead >= 1 or usage.tokens < settings.summarize_ahead * usage.threshold):
+            return
+        if not ahead:
+            staged = self.sidecar.runtime.get(session_id)
+            if staged is not None and staged.staged is not None and not staged.staged.is_set():
+                log.info("session %s reached its threshold (%d of %d tokens)", session_id, usage.tokens,
+                         usage.threshold)
+            self.land_ahead(session_id)
         state = self.sidecar.runtime.get(session_id)
         if state is not None and (state.compacting or state.backed_off(time.monotonic())):
             return
@@ -443,9 +490,11 @@ class CompactionRunner:
         if state is not None and self._idle(state, session):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
-        if self.summarizer().name == "openai" and self.calls_last_minute() >= limit:
+        if self.summarizer_for(session_id).name != "deterministic" and self.calls_last_minute() >= limit:
             log.info("auto-compaction of %s deferred: %d summarizer calls in the last minute", session_id, limit)
             return
+        if ahead and self.summarizer_for(session_id).name == "deterministic":
+            return  # it takes no time: nothing to win by writing it ahead
         mode = self.sidecar.settings.compaction.mode
         lock = self.sidecar.store().session_lock(session_id)
         try:
@@ -459,10 +508,16 @@ class CompactionRunner:
             lock.release()
             self._auto_failed(session_id, error)
             return
+        if ahead:
+            begun.staged = begun.state.staged = asyncio.Event()
+            self.ahead.add(session_id)
+            log.info("session %s at %d of its %d-token threshold: its summaries are written ahead", session_id,
+                     usage.tokens, usage.threshold)
 
         def done(_: asyncio.Task[None]) -> None:  # also when cancelled before it ever ran
             begun.release(settle=True)
             lock.release()
+            self.ahead.discard(session_id)
 
         task = self.server.run_in_background(self._auto(begun))
         task.add_done_callback(done)
@@ -506,6 +561,20 @@ class _Begun:
     session: SessionRow | None = None
     tokens_before: int = 0
     released: bool = False
+    staged: asyncio.Event | None = None
+    """Begun ahead of the threshold: its summaries are applied once this is set."""
+
+    async def until_threshold(self) -> None:
+        """Wait, the summaries written, until the session reaches its threshold (or someone else needs them)."""
+        assert self.staged is not None
+        if not self.staged.is_set():
+            self.state.waiting = True
+            log.info("session %s: summaries written ahead, waiting for the threshold", self.session_id)
+            try:
+                await self.staged.wait()
+            finally:
+                self.state.waiting = False
+        log.info("session %s: the summaries written ahead replace the history now", self.session_id)
 
     def release(self, settle: bool = False) -> None:
         """The session is no longer being compacted (once: later calls change nothing); with ``settle``, those who
@@ -515,6 +584,8 @@ class _Begun:
             self.state.compacting = False
             if self.state.running is self.done:
                 self.state.running = None
+            if self.staged is not None and self.state.staged is self.staged:
+                self.state.staged = None
         if settle:
             self.settle(None)
 

@@ -72,6 +72,10 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
         self.role = ""
         self._known: dict[str, SessionRow] = {}
         """The last row read of each session: what an ingest answers from while the server is away."""
+        self._cached: dict[str, SessionRow] = {}
+        """This role's own sessions as last read, while the listener hears every other host's change to them (so
+        a read per request, not per call); a teammate's session is read afresh each time (a revoke holds at once).
+        Our own writes and every notification drop an entry."""
         self._known_last: dict[str, str] = {}
         """The newest message id of each session, as last known."""
         self._positions = Positions(lambda: int(self._scalar("SELECT nextval('positions')")))
@@ -105,7 +109,14 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
     def listen(self, on_change: Callable[[str | None], None]) -> None:
         """Hear the other hosts' writes (LISTEN/NOTIFY), on a thread and a connection of its own."""
         if self._listener is None:
-            self._listener = Listener(self.url, self.origin, on_change)
+            def heard(session_id: str | None) -> None:
+                if session_id is None:
+                    self._cached.clear()
+                else:
+                    self._cached.pop(session_id, None)
+                on_change(session_id)
+
+            self._listener = Listener(self.url, self.origin, heard)
             self._listener.start()
 
     def close(self) -> None:
@@ -174,14 +185,19 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection]:
-        """A transaction on the loop's connection, committed at the end, rolled back on any error."""
-        with self._pool.connection() as db, db.transaction():
-            yield db
+        """A transaction on the loop's connection, committed at the end, rolled back on any error; the sessions
+        cached are read again after it (whatever it changed)."""
+        try:
+            with self._pool.connection() as db, db.transaction():
+                yield db
+        finally:
+            self._cached.clear()
 
     def _notify(self, db: psycopg.Connection, session_id: str) -> None:
         """Tell the other hosts the session changed (sent at commit): ids only, never text."""
         from sidecar.storage.postgres.migrations import CHANNEL
 
+        self._cached.pop(session_id, None)
         db.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{self.origin} {session_id}"])
 
     # Sessions
@@ -191,6 +207,10 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
 
         With the server away: as last read, plus what waits in the spool (what an ingest's answer needs).
         """
+        trusted = self._listener is not None and self._listener.connected.is_set() and not self._spool \
+            and self._pool.down_since is None
+        if trusted and (cached := self._cached.get(session_id)) is not None:
+            return cached
         try:
             rows = self._rows(f"{SESSION_SQL} WHERE s.session_id = %s", [session_id])
         except StorageUnavailable as error:
@@ -199,11 +219,13 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
             self._known.pop(session_id, None)
             return None
         found = self._known[session_id] = self._session(rows[0])
+        if trusted and rows[0][-1]:
+            self._cached[session_id] = found
         return found
 
     def _session(self, row: Sequence[Any]) -> SessionRow:
         width = len(SESSION_COLUMNS.split(", "))
-        count, tokens, prunable_count, prunable_tokens, first, last, latest = row[width:]
+        count, tokens, prunable_count, prunable_tokens, first, last, latest = row[width:width + 7]
         return with_live(session_from_row(row[:width]), count, tokens, prunable_count, prunable_tokens, first, last,
                          latest)
 

@@ -233,6 +233,7 @@ class PgWrites:
         with self._transaction() as db:
             db.execute("UPDATE sessions SET reported_tokens = %s, reported_revision = %s, calibration = %s "
                        "WHERE session_id = %s", [tokens, session.revision, calibration, session_id])
+            self._notify(db, session_id)
 
     def delete_session(self, session_id: str) -> bool:
         """Remove every row of the session; whether it existed."""
