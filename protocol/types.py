@@ -85,6 +85,15 @@ class AssembleParams:
     """*Extension*: also return the memory tools' definitions for the model."""
     since: str | None = None
     """*Extension*: the ``revision`` of the client's previous reply, to get only what changed."""
+    overhead_tokens: int | None = None
+    """*Extension*: tokens the client sends beside the messages (system prompt, tool definitions, messages it adds
+    after them): without ``budget``, the budget leaves room for them, and usage counts them in the prompt."""
+    scale: float | None = None
+    """*Extension*: how much larger the client's rendering of a message is than the sidecar's count of it (at least
+    1): without ``budget``, the budget is divided by it."""
+    reply_tokens: int | None = None
+    """*Extension*: the most tokens the client lets the model answer with (its request's max tokens): without
+    ``budget``, the budget leaves room for them where the reserve is smaller (up to half the window)."""
 
 
 @attrs.define
@@ -123,6 +132,13 @@ class AssembleResult:
     """*Extension*, with ``since``: true when ``messages``/``items`` only hold what to append after ``keep``."""
     keep: int | None = None
     """*Extension*, when ``delta``: leading messages of the previous prompt to keep."""
+    budget: int | None = None
+    """*Extension*: the budget the prompt was assembled within."""
+    fixed_breakpoints: list[int] | None = None
+    """*Extension*: the ``cache_breakpoints`` that messages appended to this prompt leave where they are (the ends of
+    its leading system messages and summaries): an appended prompt's are these, its last kept message, its last."""
+    reason: str | None = None
+    """*Extension*: why the prompt is over its budget, when it is."""
 
 
 @attrs.define

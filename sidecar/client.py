@@ -295,10 +295,14 @@ class SidecarClient:
 
     async def assemble(self, session_id: str, budget: int | None = None, fresh_tail: int | None = None,
                        prune: bool | None = None, reasoning: bool | None = None,
-                       tools: bool | None = None, since: str | None = None) -> t.AssembleResult:
+                       tools: bool | None = None, since: str | None = None, overhead_tokens: int | None = None,
+                       scale: float | None = None, reply_tokens: int | None = None) -> t.AssembleResult:
         """context/assemble: the messages for the next LLM call (and, with ``tools``, the memory tools; with
-        ``since``, perhaps only what to append)."""
-        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning=reasoning, tools=tools, since=since)
+        ``since``, perhaps only what to append); without ``budget``, within the budget the sidecar works out from
+        the model's window and what the request sends beside them (``overhead_tokens``, ``scale``,
+        ``reply_tokens``)."""
+        params = t.AssembleParams(session_id, budget, fresh_tail, prune, reasoning=reasoning, tools=tools, since=since,
+                                  overhead_tokens=overhead_tokens, scale=scale, reply_tokens=reply_tokens)
         result = await self._call(methods.CONTEXT_ASSEMBLE, params, t.AssembleResult)
         if result.tools is not None:
             self._tools = result.tools

@@ -68,12 +68,24 @@ def test_assembly_rules_hold_for_any_context(items, budget, fresh_tail):
     assert plan.tokens == sum(item.tokens for item in chosen)
     if not plan.over_budget:
         assert plan.tokens <= budget
-    # A contiguous suffix of the context (orphans aside): nothing older than a dropped unit is kept.
     kept = set(positions)
-    if chosen:
-        first = positions[0]
-        skipped = [i for i in items if i.position > first and i.position not in kept]
+    # Every summary is sent, whatever the budget: its footer carries the standing rules.
+    assert {i.position for i in items if i.kind == "summary"} <= kept
+    # Past the summaries, a contiguous suffix of the context (orphans aside), but for the user message of a turn the
+    # fresh tail starts inside: nothing older than a dropped message is kept.
+    rest = [i for i in chosen if i.kind != "summary"]
+    if len(rest) > 1 and rest[0].role == "user" and rest[1].role != "user" and \
+            any(i.role == "user" and i.position not in kept for i in items if rest[0].position < i.position):
+        rest = rest[1:]  # not the opener of a later dropped turn: it opens the turn the tail cut
+    if rest:
+        skipped = [i for i in items if i.position > rest[0].position and i.position not in kept and i.kind != "summary"]
         assert all(i.role == "tool" and i.tool_call_id not in _call_ids(chosen) for i in skipped)
+    # Resumed after a gap, the context never opens with an assistant message or tool output cut from its turn.
+    dropped_before = [i for i in items if rest and i.position < rest[0].position and i.position not in kept
+                      and not _is_orphan(i, items)]
+    if rest and dropped_before and rest[0].role not in ("user", "system"):
+        turn = [i for i in items if i.position < rest[0].position and (i.role == "user" or i.kind == "summary")]
+        assert turn and turn[-1].position in kept, "the turn's opening message (or summary) is sent"
     # The fresh tail is always there.
     messages = [i for i in items if i.kind == "message" and not _is_orphan(i, items)]
     for item in messages[max(0, len(messages) - fresh_tail):] if fresh_tail else []:
@@ -110,15 +122,42 @@ def _reference_assemble(items, budget, fresh_tail, pruned, placeholder):
     if fresh_tail and messages:
         first = messages[max(0, len(messages) - fresh_tail)]
         tail = min(u for u, unit in enumerate(units) if max(unit) >= first)
-    chosen_units = list(range(tail, len(units)))
-    tokens = sum(cost[u] for u in chosen_units)
+
+    def opens(u):
+        return items[units[u][0]].kind == "summary" or items[units[u][0]].role in ("user", "system")
+
+    summaries = {u for u in range(tail) if items[units[u][0]].kind == "summary"}
+    chosen = set(range(tail, len(units))) | summaries
+    tokens = sum(cost[u] for u in chosen)
+    start = tail
     if tokens <= budget:
         for u in range(tail - 1, -1, -1):
+            if u in summaries:
+                start = u
+                continue
             if tokens + cost[u] > budget:
                 break
             tokens += cost[u]
-            chosen_units.append(u)
-    return sorted(items[i].position for u in chosen_units for i in units[u]), tokens
+            chosen.add(u)
+            start = u
+    if 0 < start < len(units) and start - 1 not in summaries and not opens(start):
+        later = [u for u in range(start + 1, tail + 1) if u == len(units) or opens(u)]
+        if later:  # resume at the next turn
+            for u in range(start, later[0]):
+                if u not in summaries:
+                    chosen.discard(u)
+                    tokens -= cost[u]
+        else:  # the tail starts inside a turn: its user message comes too, the fill making room
+            opener = max((u for u in range(start) if opens(u)), default=None)
+            if opener is not None and opener not in summaries:
+                chosen.add(opener)
+                tokens += cost[opener]
+                while tokens > budget and start < tail:
+                    if start not in summaries:
+                        chosen.discard(start)
+                        tokens -= cost[start]
+                    start += 1
+    return sorted(items[i].position for u in chosen for i in units[u]), tokens
 
 
 @settings(max_examples=300, deadline=None)
@@ -154,7 +193,8 @@ def test_the_window_assembles_exactly_what_the_whole_context_would(items, budget
     whole = assemble(_calibrated(items, factor), budget, fresh_tail, pruned, 7)
 
     window = plan_window(items, budget, fresh_tail, rule, frontier, factor)
-    part = assemble(_calibrated(items[window.start:], factor), budget, fresh_tail, window.pruned, 7)
+    older = [i for i in items[:window.start] if i.kind == "summary"]  # always sent: the caller adds them
+    part = assemble(_calibrated(older + items[window.start:], factor), budget, fresh_tail, window.pruned, 7)
 
     assert [i.position for i in part.chosen] == [i.position for i in whole.chosen]
     assert (part.tokens, part.over_budget, part.pruned, part.answered) == \
@@ -227,7 +267,7 @@ async def test_tail_starting_at_a_tool_result_pulls_in_its_call(sidecar):
     ]
     await ingest(sidecar, "s", session)
     result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 0, "freshTail": 1})
-    assert [i["id"] for i in result["items"]] == ["a", "t1", "t2"]
+    assert [i["id"] for i in result["items"]] == ["u", "a", "t1", "t2"], "and the user message the call answers"
     assert_valid_openai_sequence(result["messages"])
 
 
@@ -250,8 +290,9 @@ async def test_unanswered_tool_calls_are_trimmed_from_the_assembled_copy(sidecar
 async def test_default_budget_is_window_minus_reserve(sidecar):
     await ingest(sidecar, "s", [{"role": "user", "content": "y" * 4000} for _ in range(15)], contextWindow=20000)
     result = await call(sidecar, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "freshTail": 0})
-    assert result["tokens"] <= 20000 - 8192
-    assert result["dropped"] > 0
+    assert result["budget"] == 20000 - 8192 and result["tokens"] <= result["budget"]
+    # 15,000 tokens do not fit it: compacted (automatic compaction started with the ingest), or left out.
+    assert result["dropped"] > 0 or any(item["kind"] == "summary" for item in result["items"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -328,7 +369,7 @@ def test_anchored_items_are_always_chosen_and_the_fill_anchor_still_only_grows(i
 
 def test_the_fill_anchor_keeps_anchored_items_before_it_and_system_messages_lead():
     """A fill kept at its anchor still sends the pinned and system items older than it, the system one first."""
-    items = [FakeItem(position, "message", "user" if position % 2 else "assistant", 100) for position in range(1, 11)]
+    items = [FakeItem(position, "message", "assistant" if position % 2 else "user", 100) for position in range(1, 11)]
     items[3] = FakeItem(4, "message", "system", 50)  # a system message that came later
     anchored, first = frozenset({2, 4}), frozenset({4})
     before = assemble(items, 460, 2, anchored=anchored, first=first)

@@ -66,7 +66,8 @@ async def test_round_trips(client: SidecarClient) -> None:
     assert all("id" not in m and "metadata" not in m for m in assembled.messages)
     assert 0 < assembled.tokens <= 10000 and not assembled.over_budget
     tiny = await client.assemble("s1", budget=1, fresh_tail=1)
-    assert tiny.over_budget and [item.id for item in tiny.items] == ["sys", "a2"]  # system messages always go
+    # System messages always go, and the user message of the turn the fresh tail starts inside.
+    assert tiny.over_budget and [item.id for item in tiny.items] == ["sys", "u1", "a2"]
 
     expanded = await client.expand("s1", "u1")
     assert expanded.kind == "message" and expanded.items[0].message is not None

@@ -74,9 +74,10 @@ async def test_nothing_to_compact_names_the_settings_that_decide() -> None:
         handoff = await client.compact("s", mode="handoff")
         await client.ingest("p", [{**big("p0"), "pinned": True}, *(big(f"p{i}") for i in range(1, 30))])
         pinned = await client.compact("p", mode="incremental", )
+    half = (128_000 - 8192) // 2  # of the default window's budget: a run holding that many tokens is summarized
     assert not incremental.compacted and incremental.reason == (
         "nothing to compact: 0 messages before the fresh tail (compaction.freshTail: the newest 20 messages stay), "
-        "and a leaf summary needs a run of compaction.leafChunkSize (10)")
+        f"and a leaf summary needs a run of compaction.leafChunkSize (10) or of {half:,} tokens")
     assert not handoff.compacted and handoff.reason == (
         "nothing to compact: all 12 messages are in the kept tail (compaction.freshTail: the newest 20 messages, "
         "compaction.keepRecentTokens: 16,384 tokens)")
@@ -86,18 +87,20 @@ async def test_nothing_to_compact_names_the_settings_that_decide() -> None:
 
 
 async def test_over_the_threshold_with_nothing_compacted_the_hint_says_why() -> None:
-    # Too few older messages for an incremental leaf (auto), enough for a handoff (by hand).
+    # Too few older messages for an incremental leaf (auto), and too few tokens in them; enough for a handoff.
     settings = {"contextWindow": 4000, "compaction": {"reserveTokens": 0, "freshTail": 4, "keepRecentTokens": 0}}
     async with await SidecarClient.spawn(command=ALONE, db=":memory:", settings=settings) as client:
         explained = client.wait_for_notification(
             "context/didChangeUsage", lambda usage: "replaced nothing" in (usage.hint or ""), timeout=30)
-        await client.ingest("s", [big(f"m{i}") for i in range(12)], session={"contextWindow": 4000})
+        messages = [big(f"m{i}", tokens=100) for i in range(9)] + [big("m9", tokens=3600)]
+        await client.ingest("s", messages, session={"contextWindow": 4000})
         usage = await explained
         assert usage.state == "overflow"
         assert usage.hint == (
             f"Context {usage.percent:.0f}% full, over the model's window, and auto-compaction replaced nothing (older "
-            "messages are dropped): nothing to compact: 8 messages before the fresh tail (compaction.freshTail: the "
-            "newest 4 messages stay), and a leaf summary needs a run of compaction.leafChunkSize (10)")
+            "messages are dropped): nothing to compact: 9 messages before the fresh tail (compaction.freshTail: the "
+            "newest 4 messages, 1 within half the prompt's budget stay), and a leaf summary needs a run of "
+            "compaction.leafChunkSize (10) or of 2,000 tokens")
         assert (await client.usage("s")).hint == usage.hint
         # Once a compaction replaces something, the hint is the usual one again.
         compacted = await client.compact("s", mode="handoff")
@@ -105,20 +108,16 @@ async def test_over_the_threshold_with_nothing_compacted_the_hint_says_why() -> 
         assert "replaced nothing" not in (compacted.usage.hint or "")
 
 
-def test_a_replay_that_overflows_without_compacting_says_which_setting_decides() -> None:
-    replay = run("replay", FIXTURES / "claude-code-2.1-parallel.jsonl", "--context-window", "3000", "--quiet")
+def test_a_replay_that_overflows_with_nothing_left_to_compact_says_which_setting_decides() -> None:
+    # Its second turn (4 messages, a few big tool outputs) is compacted though shorter than compaction.leafChunkSize:
+    # it holds half the prompt's budget. What is left (the summary and the newest message) still overflows 1,024.
+    replay = run("replay", FIXTURES / "claude-code-2.1-parallel.jsonl", "--context-window", "1024", "--quiet")
     assert replay.returncode == 0, replay.stderr
-    note = next(line for line in replay.stdout.splitlines() if line.startswith("       · Context"))
-    assert "auto-compaction replaced nothing" in note
-    assert "compaction.freshTail" in note and "compaction.leafChunkSize" in note
-    assert "⤷" not in replay.stdout
-    # The settings the hint names decide: smaller ones let the same replay compact (it is deterministic).
-    smaller = run("replay", FIXTURES / "claude-code-2.1-parallel.jsonl", "--context-window", "3000", "--quiet",
-                  "--settings", '{"compaction": {"freshTail": 4, "leafChunkSize": 4, "minSavings": 0}}')
-    assert smaller.returncode == 0, smaller.stderr
-    timeline = smaller.stdout.split("replay summary")[0]
-    assert "⤷ auto incremental compaction" in timeline, smaller.stdout
-    assert "replaced nothing" not in timeline, smaller.stdout
+    timeline, summary = replay.stdout.split("replay summary")
+    assert "⤷ auto " in timeline and " compaction: " in timeline, replay.stdout
+    final = next(line for line in summary.splitlines() if line.startswith("  final context"))
+    assert "state overflow" in final and "auto-compaction replaced nothing" in final
+    assert "compaction.freshTail" in final and "compaction.leafChunkSize" in final
     wrong = run("replay", FIXTURES / "claude-code-2.1-parallel.jsonl", "--settings", "[1]")
     assert wrong.returncode == 2
     assert wrong.stderr.splitlines()[-1].endswith("argument --settings: a JSON object of settings is needed, not list")

@@ -118,9 +118,12 @@ async def test_a_pinned_note_survives_full_compaction_in_its_place(db_path):
         at = ids.index("note")
         assert kinds[at - 1] == "summary" and kinds[at + 1] == "summary", "kept in its place, between summaries"
         assert assembled["messages"][at] == {"role": "user", "content": note["content"]}
-        # However small the budget: the system message and the pinned note are sent, and overBudget says so.
+        # However small the budget: the system message, the pinned note and the summaries are sent, and overBudget
+        # says so.
         tight = await call(client, methods.CONTEXT_ASSEMBLE, {"sessionId": "s", "budget": 10, "freshTail": 0})
-        assert [item["id"] for item in tight["items"]] == ["sys", "note"] and tight["overBudget"] is True
+        assert [item["id"] for item in tight["items"] if item["kind"] == "message"] == ["sys", "note"]
+        assert [i["id"] for i in tight["items"] if i["kind"] == "summary"] == \
+            [i["id"] for i in assembled["items"] if i["kind"] == "summary"] and tight["overBudget"] is True
 
 
 async def test_a_pinned_tool_output_keeps_its_call_and_is_never_pruned(db_path):

@@ -7,7 +7,7 @@ Pure functions over context items (anything with the attributes of
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -167,6 +167,8 @@ def pruned_total(total: int, count: int, tokens: int, rule: PruneRule, factor: f
 
 ORPHAN_AFTER = 256
 """Items scanned past a tool result without meeting its call, after which ``plan_window`` calls it an orphan."""
+TURN_SCAN = 4096
+"""Items ``plan_window`` scans past a spent budget for the start of the turn the fill may resume at."""
 
 
 @attrs.define(frozen=True)
@@ -201,6 +203,7 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
     pending: dict[str, tuple[int, int, int]] = {}  # results whose call is not met yet: id -> (index, cost, count)
     pruned: list[int] = []
     calibrate = abs(factor - 1.0) >= 1e-9
+    spent_at = -1  # index where the budget was first surely spent
     # One pass, written for speed: assemble calls this on every request over about a budget's worth of items.
     for index in range(len(items) - 1, -1, -1):
         item = items[index]
@@ -230,7 +233,11 @@ def plan_window(items: Sequence[Item], budget: int, fresh_tail: int, rule: Prune
                 cost -= sum(spent for _, spent, _ in orphans.values())
                 pending = {call_id: entry for call_id, entry in pending.items() if call_id not in orphans}
         elif cost > budget and messages >= fresh_tail and not is_tool:
-            return Window(index, frozenset(pruned), True)
+            # The fill may have to resume at a turn's start (``_turn_start``): the window reaches back to one.
+            if spent_at < 0:
+                spent_at = index
+            if item.kind == "summary" or item.role in ("user", "system") or spent_at - index > TURN_SCAN:
+                return Window(index, frozenset(pruned), True)
     return Window(0, frozenset(pruned), False)
 
 
@@ -244,20 +251,22 @@ def assemble(
     first: frozenset[int] = frozenset(),
     anchor: int | None = None,
 ) -> Assembly:
-    """Anchored units and the fresh tail first, then older units newest first while they fit; never splits a
-    tool call from its results.
+    """Anchored units, summaries and the fresh tail first, then older units newest first while they fit; never splits
+    a tool call from its results.
 
     ``items`` are chronological. A unit is a message or summary with the tool results answering its calls;
-    orphan tool outputs (no call among the items) are never chosen. A unit holding an ``anchored`` position
-    is always chosen; items at ``first`` positions (system messages) lead the chosen list. ``anchor`` (where
-    the previous fill started) keeps the fill's start where it was while everything from there fits, so the
-    prompt only grows; once it does not, older units go until ``DROP_SHARE`` of the budget is free again.
+    orphan tool outputs (no call among the items) are never chosen. A unit holding an ``anchored`` position, and
+    every summary (its footer carries the standing rules of what it replaced), is always chosen; items at ``first``
+    positions (system messages) lead the chosen list. ``anchor`` (where the previous fill started) keeps the fill's
+    start where it was while everything from there fits, so the prompt only grows; once it does not, older units go
+    until ``DROP_SHARE`` of the budget is free again. Where older units are left out, the fill starts at a turn (a
+    user message), never at an assistant message cut from the message it answers (``_turn_start``).
     """
     units: list[list[int]] = []
     costs: list[int] = []
     unit_of_call: dict[str, int] = {}
     message_indexes: list[int] = []
-    forced: set[int] = set()  # units holding an anchored item
+    forced: set[int] = set()  # units holding an anchored item, and summaries
     for index, item in enumerate(items):
         cost = placeholder_tokens if item.position in pruned else item.tokens
         if item.role == "tool" and item.kind == "message":
@@ -269,7 +278,7 @@ def assemble(
                 if anchored and item.position in anchored:
                     forced.add(owner)
             continue
-        if anchored and item.position in anchored:
+        if item.kind == "summary" or (anchored and item.position in anchored):
             forced.add(len(units))
         if item.kind == "message":
             message_indexes.append(index)
@@ -286,18 +295,20 @@ def assemble(
 
     forced = {u for u in forced if u < tail_start}
     tokens = sum(costs[tail_start:]) + sum(costs[u] for u in forced)
+    limit = budget
     over_budget = tokens > budget
     exhausted = not over_budget
     first_chosen = tail_start
-    if not over_budget and anchor is not None and units:
+    fill = not over_budget
+    if fill and anchor is not None and units:
         start = next((u for u, unit in enumerate(units) if items[unit[0]].position >= anchor), len(units))
         if start <= tail_start:
             kept = tokens + sum(costs[u] for u in range(start, tail_start) if u not in forced)
             if kept <= budget:
-                return _assembly(items, units, start, kept, False, forced.issuperset(range(start)), pruned,
-                                 forced, first)
-            budget = math.floor(budget * (1 - DROP_SHARE))
-    if not over_budget:
+                first_chosen, tokens, exhausted, fill = start, kept, forced.issuperset(range(start)), False
+            else:
+                budget = math.floor(budget * (1 - DROP_SHARE))
+    if fill:
         for u in range(tail_start - 1, -1, -1):
             if u in forced:
                 first_chosen = u
@@ -307,7 +318,56 @@ def assemble(
                 break
             tokens += costs[u]
             first_chosen = u
-    return _assembly(items, units, first_chosen, tokens, over_budget, exhausted, pruned, forced, first)
+    moved, tokens = _turn_start(items, units, costs, forced, first_chosen, tail_start, tokens, limit)
+    if moved != first_chosen:
+        first_chosen, exhausted = moved, False
+    return _assembly(items, units, first_chosen, tokens, over_budget or tokens > limit, exhausted, pruned, forced,
+                     first)
+
+
+def appendable(messages: Iterable[tuple[str, Sequence[str] | None, str | None]]) -> bool:
+    """Whether messages, as (role, their tool call ids, the call a tool output answers), can be appended to an
+    assembled prompt as they are: no system message (those lead the prompt), every call among them answered among
+    them, every tool output answering one of them (else older messages would change)."""
+    calls: set[str] = set()
+    results: set[str | None] = set()
+    for role, call_ids, answers in messages:
+        if role == "system":
+            return False
+        calls.update(call_ids or ())
+        if role == "tool":
+            results.add(answers)
+    return results == calls
+
+
+def opens_turn(item: Item) -> bool:
+    """Whether a context may resume at this item after a gap: a user or system message, or a summary."""
+    return item.kind == "summary" or item.role in ("user", "system")
+
+
+def _turn_start(items: Sequence[Item], units: list[list[int]], costs: list[int], forced: set[int], start: int,
+                tail_start: int, tokens: int, budget: int) -> tuple[int, int]:
+    """(first unit of the fill, tokens): where the fill leaves older units out and would start at an assistant
+    message or tool output, it starts at the next turn instead; when the fresh tail itself starts inside a turn,
+    the turn's user message is chosen too (``forced`` gains it) and the fill makes room for it.
+
+    Right after a chosen unit (a summary, a pinned message) nothing is left out, and the fill may start anywhere.
+    """
+    if start <= 0 or start >= len(units) or (start - 1) in forced or opens_turn(items[units[start][0]]):
+        return start, tokens
+    for u in range(start + 1, tail_start + 1):
+        if u == len(units) or opens_turn(items[units[u][0]]):  # the next turn, or nothing when there is no tail
+            return u, tokens - sum(costs[v] for v in range(start, u) if v not in forced)
+    opener = next((u for u in range(start - 1, -1, -1) if opens_turn(items[units[u][0]])), None)
+    if opener is None or opener in forced:
+        return start, tokens  # no user message to resume at, or a summary holds the turn's start
+    forced.add(opener)
+    tokens += costs[opener]
+    while tokens > budget and start < tail_start:
+        if start not in forced:
+            tokens -= costs[start]
+        start += 1
+    return start, tokens
 
 
 def _assembly(items: Sequence[Item], units: list[list[int]], first_chosen: int, tokens: int, over_budget: bool,

@@ -82,9 +82,26 @@ def protected_tail_start(nodes: Sequence[Node], fresh_tail: int, keep_tokens: in
     return cut
 
 
+def fresh_tail_within(nodes: Sequence[Node], fresh_tail: int, max_tokens: int) -> int:
+    """How many of the newest messages a compaction keeps: ``fresh_tail``, fewer when those hold more than
+    ``max_tokens`` (counting what lies between them), but at least the newest one."""
+    count = tokens = 0
+    for node in reversed(nodes):
+        if count >= fresh_tail:
+            break
+        tokens += node.tokens
+        if node.kind != "message":
+            continue
+        if count and tokens > max_tokens:
+            return count
+        count += 1
+    return fresh_tail
+
+
 def leaf_chunks(nodes: Sequence[Node], tail_start: int, min_size: int,
-                max_tokens: int = MAX_LEAF_CHUNK_TOKENS) -> list[list[int]]:
-    """Runs of messages before the tail, split at safe cuts into chunks of at least ``min_size`` messages.
+                max_tokens: int = MAX_LEAF_CHUNK_TOKENS, min_tokens: int | None = None) -> list[list[int]]:
+    """Runs of messages before the tail, split at safe cuts into chunks of at least ``min_size`` messages; a
+    shorter run holding ``min_tokens`` or more (a few huge tool outputs) is summarized too, in chunks of any size.
 
     Anchored messages end a run: they are never in a chunk.
     """
@@ -95,7 +112,10 @@ def leaf_chunks(nodes: Sequence[Node], tail_start: int, min_size: int,
         if index < tail_start and nodes[index].kind == "message" and not nodes[index].anchored:
             run.append(index)
             continue
-        chunks.extend(_split_run(run, nodes, starts, min_size, max_tokens))
+        size = min_size
+        if len(run) < min_size and min_tokens is not None and sum(nodes[i].tokens for i in run) >= min_tokens:
+            size = 1
+        chunks.extend(_split_run(run, nodes, starts, size, max_tokens))
         run = []
     return chunks
 
@@ -176,19 +196,28 @@ def _starts_turn(node: Node) -> bool:
 
 
 def nothing_to_compact(nodes: Sequence[Node], mode: str, fresh_tail: int, keep_tokens: int, leaf_chunk_size: int,
-                       condensed_min_fanout: int) -> str:
-    """Why a compaction found nothing to replace, naming the settings that decide it."""
+                       condensed_min_fanout: int, kept: int | None = None, run_tokens: int | None = None) -> str:
+    """Why a compaction found nothing to replace, naming the settings that decide it.
+
+    ``kept``: the messages the tail kept when half the prompt's budget cut ``fresh_tail`` down; ``run_tokens``: the
+    tokens that make a shorter run worth a leaf summary.
+    """
+    tail = fresh_tail if kept is None else kept
+    newest = f"the newest {fresh_tail} messages" if kept is None else \
+        f"the newest {fresh_tail} messages, {kept} within half the prompt's budget"
     if mode == "handoff":
-        tail_start = protected_tail_start(nodes, fresh_tail, keep_tokens)
+        tail_start = protected_tail_start(nodes, tail, keep_tokens)
         return (f"nothing to compact: all {_count(nodes, len(nodes))} are in the kept tail "
-                f"(compaction.freshTail: the newest {fresh_tail} messages, compaction.keepRecentTokens: "
+                f"(compaction.freshTail: {newest}, compaction.keepRecentTokens: "
                 f"{keep_tokens:,} tokens)" if tail_start == 0 else
                 "nothing to compact: the only thing before the kept tail is the previous handoff summary")
-    tail_start = protected_tail_start(nodes, fresh_tail)
+    tail_start = protected_tail_start(nodes, tail)
     older = _count(nodes, tail_start)
     anchored = any(node.anchored for node in nodes[:tail_start])
-    reason = (f"nothing to compact: {older} before the fresh tail (compaction.freshTail: the newest {fresh_tail} "
-              f"messages stay), and a leaf summary needs a run of compaction.leafChunkSize ({leaf_chunk_size})")
+    reason = (f"nothing to compact: {older} before the fresh tail (compaction.freshTail: {newest} "
+              f"stay), and a leaf summary needs a run of compaction.leafChunkSize ({leaf_chunk_size})")
+    if run_tokens is not None:
+        reason += f" or of {run_tokens:,} tokens"
     if anchored:
         reason += " not broken by a system or pinned message"
     if any(node.kind == "summary" for node in nodes[:tail_start]):

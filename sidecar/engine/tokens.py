@@ -23,6 +23,11 @@ def estimate_text_tokens(text: str) -> int:
     return -(-size // BYTES_PER_TOKEN)
 
 
+def estimate_bytes_tokens(size: int) -> int:
+    """Tokens of ``size`` bytes of UTF-8 text (or JSON): over four, rounded up."""
+    return -(-size // BYTES_PER_TOKEN)
+
+
 def estimate_message_tokens(message: dict[str, Any], max_tokens_per_part: int) -> int:
     """Tokens of one chat message: overhead plus each part, each part capped."""
     total = MESSAGE_OVERHEAD_TOKENS

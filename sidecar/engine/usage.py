@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from protocol.types import UsageState
@@ -46,6 +48,38 @@ def reserve_for(context_window: int, settings: CompactionSettings) -> int:
 def default_budget(context_window: int, settings: CompactionSettings) -> int:
     """What an assemble with no ``budget`` may fill: the window less the reply's reserve."""
     return context_window - reserve_for(context_window, settings)
+
+
+BUDGET_SLACK = 64
+"""Tokens (or a hundredth of the budget, when more) a prompt budget may grow by before it is worked out anew."""
+
+
+def prompt_budget(context_window: int, settings: CompactionSettings, overhead: int = 0, scale: float = 1.0,
+                  reply: int = 0) -> int:
+    """What a prompt's messages may fill: the window less the reply's room and what the client sends beside them
+    (``overhead``: system prompt, tool definitions), over ``scale`` (the client's rendering of a message against the
+    sidecar's count of it). The reply's room is the reserve, or the ``reply`` tokens the request allows when more
+    (up to half the window)."""
+    room = max(reserve_for(context_window, settings), min(reply, context_window // 2))
+    return max(0, math.floor((context_window - room - overhead) / scale))
+
+
+def steady_budget(wanted: int, previous: int | None) -> int:
+    """The budget to assemble within: ``wanted`` the first time, then ``previous`` while ``wanted`` is at most a little
+    above it, since another budget is a rewrite of the prompt (its cached prefix moves); after a larger change, a
+    little below ``wanted``, so that the next small changes of the overhead keep it."""
+    if previous is None:
+        return wanted
+    slack = max(BUDGET_SLACK, wanted // 100)
+    if previous <= wanted <= previous + slack:
+        return previous
+    return max(wanted - slack // 2, 0)
+
+
+def fresh_tail_cap(budget: int) -> int:
+    """Tokens the fresh tail may hold when a compaction keeps it: half the prompt's budget, so that the summaries
+    and the turns to come fit beside it (a few huge messages can outweigh the whole window)."""
+    return budget // 2
 
 
 def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:

@@ -11,7 +11,6 @@ sent with the context as it stood before (as it would have been a moment earlier
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,9 +18,12 @@ import attrs
 
 from protocol import types as t
 from sidecar.client import SidecarClient
+from sidecar.engine.assembly import appendable
+from sidecar.engine.tokens import estimate_bytes_tokens
 from sidecar.proxy.adapters.base import Adapter, Unit, part_id
 from sidecar.proxy.conversation import Branch
-from sidecar.proxy.render import render_context, unit_elements
+from sidecar.proxy.render import joined_size, render_context, rendered_tokens, unit_elements
+from sidecar.services.prompt import cache_breakpoints
 from sidecar.wire import structure
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ class Ahead:
 
     elements: list[bytes]
     """The context as rendered, without cache markers."""
+    size: int
+    """Their bytes (``render.joined_size``)."""
     ends: list[int]
     """For each item, the index of its group's last element."""
     breakpoints: list[int]
@@ -48,59 +52,38 @@ class Ahead:
     epoch: int
 
 
-def plan(adapter: Adapter, branch: Branch, units: Sequence[tuple[str, Unit]], budget: int) -> Ahead | None:
+def plan(adapter: Adapter, branch: Branch, units: Sequence[tuple[str, Unit]], overhead: int) -> Ahead | None:
     """The context to send ahead: the branch's previous one and ``units`` (its stored units the previous context
-    came before, then the request's new ones); None when the host must decide first."""
-    if branch.revision is None or not branch.items or branch.over_budget or branch.epoch != branch.prompt_epoch:
+    came before, then the request's new ones), with a body of ``overhead`` tokens beside it; None when the host must
+    decide first."""
+    if branch.revision is None or not branch.items or branch.over_budget or branch.epoch != branch.prompt_epoch \
+            or branch.budget is None:
         return None
     ids: list[str] = []
     calls: list[tuple[str, ...]] = []
-    made: set[str] = set()
-    answered: set[str] = set()
+    parts: list[tuple[str, tuple[str, ...], str | None]] = []
     elements = list(branch.elements)
     ends = list(branch.ends)
     added = 0
     for uid, unit in units:
-        parts = adapter.parts(unit)
-        for index, part in enumerate(parts):
-            role = part.get("role")
-            if role == "system":
-                return None  # system messages lead the context: not appended at its end
-            ids.append(part_id(uid, index, len(parts)))
+        split = adapter.parts(unit)
+        for index, part in enumerate(split):
+            ids.append(part_id(uid, index, len(split)))
             calls.append(tuple(call["id"] for call in part.get("tool_calls") or ()))
-            made.update(calls[-1])
-            if role == "tool":
-                answered.add(str(part.get("tool_call_id")))
+            parts.append((str(part.get("role")), calls[-1], str(part.get("tool_call_id"))))
         rendered = unit_elements(adapter, unit, uid)
         elements += rendered
-        added += sum(len(element) + 1 for element in rendered)
-        ends += [len(elements) - 1] * len(parts)
-    if made != answered:
-        return None  # a call not answered yet, or the answer to an older one: the host trims or reorders
-    if branch.asked is None or branch.tokens + math.ceil(added / 4) > branch.asked:
+        added += joined_size(rendered)
+        ends += [len(elements) - 1] * len(split)
+    if not appendable(parts):
+        return None  # the host trims, reorders or leads with some of them
+    if branch.tokens + estimate_bytes_tokens(added) > branch.budget:
         return None  # the host's fill may have to move
-    if math.ceil((sum(len(element) + 1 for element in elements) + 1) / 4) > budget:
-        return None
+    if rendered_tokens(branch.size + added) + overhead > branch.budget * branch.scale + branch.overhead:
+        return None  # this body leaves less room than the one the budget was worked out for
     keep = len(branch.items)
-    points = [*leading(branch), *([keep - 1] if keep else []), keep + len(ids) - 1]
-    return Ahead(elements, ends, sorted(set(points))[-t.MAX_CACHE_BREAKPOINTS:], keep, ids, calls, 0, branch.epoch)
-
-
-def leading(branch: Branch) -> list[int]:
-    """The last index of the context's leading system messages and of the summaries right after them."""
-    points: list[int] = []
-    index = 0
-    items, messages = branch.items, branch.messages
-    while index < len(items) and items[index].kind == "message" and messages[index].get("role") == "system":
-        index += 1
-    if index:
-        points.append(index - 1)
-    first = index
-    while index < len(items) and items[index].kind == "summary":
-        index += 1
-    if index > first:
-        points.append(index - 1)
-    return points
+    return Ahead(elements, branch.size + added, ends, cache_breakpoints(branch.fixed, keep, keep + len(ids)), keep,
+                 ids, calls, 0, branch.epoch)
 
 
 async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: Ahead,
@@ -122,7 +105,7 @@ async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: 
             and [tuple(c["id"] for c in m.get("tool_calls") or ()) for m in result.messages] == ahead.calls
         take(branch, result, ahead.covered, ahead.epoch)
         if same:
-            branch.elements, branch.ends = ahead.elements, ahead.ends
+            branch.elements, branch.ends, branch.size = ahead.elements, ahead.ends, ahead.size
         else:
             log.info("session %s: the sidecar's context changed (%s); the next request has it", branch.session_id,
                      "over budget" if result.over_budget else "rewritten" if not result.delta else "the fill moved")
@@ -136,7 +119,7 @@ async def check(client: SidecarClient, adapter: Adapter, branch: Branch, ahead: 
         branch.forget_prompt()
 
 
-def take(branch: Branch, result: t.AssembleResult, covered: int, epoch: int) -> None:
+def take(branch: Branch, result: t.AssembleResult, covered: int, epoch: int) -> t.AssembleResult:
     """An assemble's answer becomes the branch's context (its items; the caller renders them)."""
     if result.delta and branch.revision is not None:
         keep = result.keep or 0
@@ -146,6 +129,8 @@ def take(branch: Branch, result: t.AssembleResult, covered: int, epoch: int) -> 
         branch.items, branch.messages = list(result.items), list(result.messages)
     branch.revision, branch.tokens, branch.over_budget = result.revision, result.tokens, result.over_budget
     branch.covered, branch.prompt_epoch = covered, epoch
+    branch.budget, branch.fixed = result.budget, result.fixed_breakpoints or []
+    return result
 
 
 def pending(branch: Branch, units: Sequence[Unit], ids: Sequence[str], common: int

@@ -70,14 +70,14 @@ def common_elements(raw: bytes, previous: Body) -> int:
     if not previous.array or not previous.elements:
         return 0
     view = memoryview(previous.raw)
-    ends = [end for _, end in previous.elements]
+    elements = previous.elements  # not copied: this runs for every previous body of every request
 
     def same(count: int) -> bool:
-        return raw.startswith(view[:ends[count - 1]])
+        return raw.startswith(view[:elements[count - 1][1]])
 
     if not same(1):
         return 0
-    low, high = 1, len(ends)
+    low, high = 1, len(elements)
     for guess in (high, high - 1, high - 2):  # agents append, and move their cache marker to the newest message
         if low < guess <= high:
             if same(guess):

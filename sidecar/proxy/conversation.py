@@ -48,10 +48,16 @@ class Branch:
     elements: list[bytes] = attrs.Factory(list)
     """The previous context as rendered (before cache markers), and for each item its group's last element."""
     ends: list[int] = attrs.Factory(list)
+    size: int = 0
+    """Bytes of ``elements`` in a JSON array (``render.joined_size``), kept as they change."""
     scale: float = 1.0
     """Tokens of the provider's JSON per token the sidecar counts, once a rendering was over the budget."""
-    asked: int | None = None
-    """The budget the context is assembled within (``core.asked``)."""
+    budget: int | None = None
+    """The budget the host assembled the previous context within, in its tokens."""
+    overhead: int = 0
+    """The tokens of the body beside the conversation that budget was worked out for."""
+    fixed: list[int] = attrs.Factory(list)
+    """The previous context's cache breakpoints that appending leaves where they are (``fixedBreakpoints``)."""
     tokens: int = 0
     over_budget: bool = False
     """The previous context's tokens as the sidecar counts them, and whether it was over the budget."""
@@ -78,7 +84,7 @@ class Branch:
 
     def forget_prompt(self) -> None:
         """Ask for the whole context next time (after a rewrite or an error)."""
-        self.revision, self.items, self.messages, self.elements, self.ends = None, [], [], [], []
+        self.revision, self.items, self.messages, self.elements, self.ends, self.size = None, [], [], [], [], 0
         self.covered, self.tokens, self.over_budget = 0, 0, False
 
 

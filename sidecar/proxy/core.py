@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -22,12 +21,11 @@ from protocol import types as t
 from sidecar.client import SidecarClient, SidecarConnectionLost, SidecarRequestError
 from sidecar.config.models import context_window_for
 from sidecar.config.settings import Settings
-from sidecar.engine.usage import reserve_for
 from sidecar.proxy import ahead
 from sidecar.proxy.adapters.base import Adapter, Request, Unit, part_id, sidecar_messages, split_part_id, unit_id
 from sidecar.proxy.answers import SETTLE_SECONDS, Answers
 from sidecar.proxy.conversation import Branch, Conversation, Conversations, Prepared, checked
-from sidecar.proxy.render import render_context, render_items, spliced, unit_elements
+from sidecar.proxy.render import render_context, render_items, rendered_tokens, spliced, unit_elements
 from sidecar.proxy.seen import Reader, Seen
 from sidecar.proxy.stats import Stats
 from sidecar.wire import structure, unstructure
@@ -37,8 +35,6 @@ log = logging.getLogger(__name__)
 FORK_ATTEMPTS = 4
 OPENING_ROLES = ("system", "developer")
 """A derived session id takes these leading messages and the first after them: the system prompt alone is shared."""
-MIN_SLACK = 64
-"""Tokens the budget may grow by before it is asked for anew (or a hundredth of it, when more)."""
 RESPAWN_WAIT = (5.0, 60.0)
 """Seconds before the sidecar is started again after a failed start: the first wait, and the most (doubling)."""
 CHECK_SESSION = "(proxy check)"
@@ -131,15 +127,15 @@ class Proxy:
         if not adapter.manageable(request.values):
             self.stats.unmanaged(conversation.session_id, body)
             return Prepared(body, conversation, None, request.stream)
-        budget = self.budget(request)
+        self._check_model(request.model)
         try:
             try:
-                branch, forwarded = await self._managed(adapter, request, conversation, seen, budget)
+                branch, forwarded = await self._managed(adapter, request, conversation, seen)
             except SidecarConnectionLost:
                 if self._respawn is None:
                     raise
                 # The sidecar process died since the last request, unnoticed until this one: again, on a new one.
-                branch, forwarded = await self._managed(adapter, request, conversation, seen, budget)
+                branch, forwarded = await self._managed(adapter, request, conversation, seen)
         except Exception as error:  # the host's, or the sidecar's own: the agent never breaks
             log.warning("session %s: forwarded as the agent sent it (%s: %s)", conversation.session_id,
                         type(error).__name__, error)
@@ -150,18 +146,18 @@ class Proxy:
                            forwarded)
         return Prepared(forwarded, conversation, branch, request.stream, seen.ids, branch.last)
 
-    async def _managed(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
-                       budget: int) -> tuple[Branch, bytes]:
+    async def _managed(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen
+                       ) -> tuple[Branch, bytes]:
         """The request's new messages stored and the body to forward, on a live sidecar process."""
         await self.connected()
-        sent = await self._ahead(adapter, request, conversation, seen, budget)
+        sent = await self._ahead(adapter, request, conversation, seen)
         if sent is not None:
             return sent
-        branch, assembling = await self._sync(adapter, request, conversation, seen, budget)
-        return branch, await self._assembled(adapter, request, branch, budget, assembling)
+        branch, assembling = await self._sync(adapter, request, conversation, seen)
+        return branch, await self._assembled(adapter, request, branch, assembling)
 
-    async def _ahead(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
-                     budget: int) -> tuple[Branch, bytes] | None:
+    async def _ahead(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen
+                     ) -> tuple[Branch, bytes] | None:
         """The body sent ahead of the host (see ``ahead``) when the request only appends to its branch, its ingest
         and assemble sent behind it; None when the host must answer first."""
         branch, common = conversation.best(seen.ids)
@@ -169,12 +165,12 @@ class Proxy:
             return None
         await checked(branch)
         units = ahead.pending(branch, seen.units, seen.ids, common)
-        planned = ahead.plan(adapter, branch, units, budget) if units is not None else None
+        planned = ahead.plan(adapter, branch, units, request.overhead_tokens) if units is not None else None
         if planned is None:
             return None
         planned.covered = len(seen.ids)
         stored = await self._send_ingest(adapter, request, branch, seen.units, seen.ids, common, branch.last)
-        assembling = await self._send_assemble(branch, budget)
+        assembling = await self._send_assemble(branch, request)
         self._extend(branch, seen.units, seen.ids, common, stored[1] if stored is not None else branch.last)
         branch.checking = asyncio.ensure_future(ahead.check(self.client, adapter, branch, planned,
                                                             stored[0] if stored is not None else None, assembling))
@@ -197,8 +193,9 @@ class Proxy:
                 # The prompt kept from the previous request, and what was stored since: no host call.
                 elements, more = list(branch.elements), list(zip(stored, since, strict=True))
             else:  # asked for outside the branch's kept prompt, which stays as it is
-                budget = branch.asked if branch.asked is not None else math.floor(self.budget(request) / branch.scale)
-                result = await self.client.assemble(branch.session_id, budget=budget)
+                # Within the budget the branch's requests get (count_tokens names no max tokens): not a new one.
+                asked = {"budget": branch.budget} if branch.budget is not None else room(branch, request)
+                result = await self.client.assemble(branch.session_id, **asked)
                 (elements, _), more = await render_items(self.client, adapter, branch, result.items,
                                                          result.messages), []
             for unit, uid in [*more, *zip(seen.units[common:], seen.ids[common:], strict=True)]:
@@ -210,8 +207,8 @@ class Proxy:
             return Prepared(body, conversation, None)
         return Prepared(forwarded, conversation, None)
 
-    async def _sync(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen,
-                    budget: int) -> tuple[Branch, asyncio.Future[Any] | None]:
+    async def _sync(self, adapter: Adapter, request: Request, conversation: Conversation, seen: Seen
+                    ) -> tuple[Branch, asyncio.Future[Any] | None]:
         """Store the units the branch lacks, the assemble sent right behind them; a path that leaves every stored
         one becomes a branch of its own. Returns the branch and the assemble's reply to come, if it was sent."""
         units, ids = seen.units, seen.ids
@@ -220,7 +217,7 @@ class Proxy:
             await checked(branch)
         if branch is not None and common == len(branch.ids) and (branch.ids or not ids):
             stored = await self._send_ingest(adapter, request, branch, units, ids, common, branch.last)
-            assembling = await self._send_assemble(branch, budget)
+            assembling = await self._send_assemble(branch, request)
             try:
                 last = await _stored(stored, branch.last)
             except SidecarRequestError as error:
@@ -290,9 +287,11 @@ class Proxy:
         params = t.IngestParams(branch.session_id, messages, info, after)
         return await self.client.send(methods.MEMORY_INGEST, unstructure(params)), str(messages[-1]["id"])
 
-    async def _send_assemble(self, branch: Branch, budget: int) -> asyncio.Future[Any]:
-        """Send context/assemble into the branch's kept prompt (a delta when nothing was rewritten)."""
-        params = t.AssembleParams(branch.session_id, budget=asked(branch, budget), since=branch.revision)
+    async def _send_assemble(self, branch: Branch, request: Request) -> asyncio.Future[Any]:
+        """Send context/assemble into the branch's kept prompt (a delta when nothing was rewritten), within the
+        budget the host works out for this request (``room``)."""
+        params = t.AssembleParams(branch.session_id, since=branch.revision, **room(branch, request))
+        branch.overhead = request.overhead_tokens
         return await self.client.send(methods.CONTEXT_ASSEMBLE, unstructure(params))
 
     def _compacted(self, session_id: str) -> None:
@@ -302,49 +301,42 @@ class Proxy:
                 if branch.session_id == session_id:
                     branch.epoch += 1
 
+    def _check_model(self, model: str | None) -> None:
+        """Say once per model that the host takes its window from the settings (``contextWindow``)."""
+        if (model or "") not in self._unknown_models and context_window_for(model, self.settings.models) is None:
+            self._unknown_models.add(model or "")
+            log.warning("model %r: context window unknown; using contextWindow %d from the settings (set 'models' "
+                        "to name its window)", model, self.settings.context_window)
+
     @staticmethod
     def _last_part(adapter: Adapter, unit: Unit, uid: str) -> str:
         count = len(adapter.parts(unit))
         return part_id(uid, count - 1, count)
 
-    def budget(self, request: Request) -> int:
-        """What the conversation may fill: the model's window less the answer's reserve and the rest of the body."""
-        model = request.model
-        window = context_window_for(model, self.settings.models)
-        if window is None:
-            window = self.settings.context_window
-            if model not in self._unknown_models:
-                self._unknown_models.add(model or "")
-                log.warning("model %r: context window unknown; using contextWindow %d from the settings (set "
-                            "'models' to name its window)", model, window)
-        overhead = math.ceil(request.overhead_bytes / 4)
-        return max(window - reserve_for(window, self.settings.compaction) - overhead, window // 4)
-
-    async def _assembled(self, adapter: Adapter, request: Request, branch: Branch, budget: int,
-                         assembling: asyncio.Future[Any] | None, extra: Sequence[Unit] = (),
-                         extra_ids: Sequence[str] = ()) -> bytes:
-        """The body with its conversation replaced by the sidecar's assembled context (then ``extra`` units).
+    async def _assembled(self, adapter: Adapter, request: Request, branch: Branch,
+                         assembling: asyncio.Future[Any] | None) -> bytes:
+        """The body with its conversation replaced by the sidecar's assembled context.
 
         The sidecar counts its own messages; the provider's JSON of them is larger. A context whose rendering
-        turns out over the budget is assembled again within a budget scaled by what rendering added, a scale the
-        branch keeps (the budget stays the same from request to request, so the prompt's prefix does too).
+        turns out over the budget is assembled again with the ``scale`` rendering showed, which the branch keeps
+        (the budget stays the same from request to request, so the prompt's prefix does too).
         """
         for attempt in range(2):
             covered, epoch = len(branch.ids), branch.epoch
             if assembling is None:
-                assembling = await self._send_assemble(branch, budget)
-            result = await self._take_assembled(branch, budget, assembling, covered, epoch)
+                assembling = await self._send_assemble(branch, request)
+            result = ahead.take(branch, structure(await assembling, t.AssembleResult), covered, epoch)
             assembling = None
             elements, ends = await render_context(self.client, adapter, branch, result)
-            for unit, uid in zip(extra, extra_ids, strict=True):
-                elements += unit_elements(adapter, unit, uid)
-            rendered = math.ceil((sum(len(element) + 1 for element in elements) + 1) / 4)
-            if rendered <= budget or attempt or not result.tokens:
+            rendered = rendered_tokens(branch.size)
+            if result.budget is None or rendered <= result.budget * branch.scale or attempt or not result.tokens:
                 break
             branch.scale = max(branch.scale, rendered / result.tokens * 1.05)
             log.info("session %s: the rendered context (%d tokens) is over the budget (%d): scale %.2f",
-                     branch.session_id, rendered, budget, branch.scale)
+                     branch.session_id, rendered, result.budget, branch.scale)
             branch.forget_prompt()
+        if result.over_budget:
+            log.warning("session %s: the context is over its budget: %s", branch.session_id, result.reason)
         return self._finish(adapter, request, elements, ends, result.cache_breakpoints or ())
 
     @staticmethod
@@ -356,35 +348,16 @@ class Proxy:
         room = max(0, t.MAX_CACHE_BREAKPOINTS - own)
         return spliced(request, adapter.finish(list(elements), wanted[len(wanted) - room:] if room else [], marker))
 
-    async def _take_assembled(self, branch: Branch, budget: int, assembling: asyncio.Future[Any], covered: int,
-                              epoch: int) -> t.AssembleResult:
-        """The assemble's reply, kept as the branch's prompt; compacted first when even the fresh tail is over."""
-        result = structure(await assembling, t.AssembleResult)
-        if result.over_budget:
-            log.info("session %s: over budget even at its fresh tail; compacting before sending", branch.session_id)
-            await self.client.compact(branch.session_id, mode="full")
-            branch.forget_prompt()
-            epoch = branch.epoch
-            result = await self.client.assemble(branch.session_id, budget=asked(branch, budget))
-        ahead.take(branch, result, covered, epoch)
-        return result
-
     async def settle(self, timeout: float = SETTLE_SECONDS) -> None:
         """Wait (a while at most) for the answers still being stored."""
         await self.answers.settle(timeout)
 
 
-def asked(branch: Branch, budget: int) -> int:
-    """The budget to assemble the branch's context within: ``budget`` in the sidecar's tokens, kept the same while
-    the rest of the body changes only a little (a request streamed or not, another max_tokens), since another
-    budget is a rewrite of the context (the prompt's prefix moves)."""
-    wanted = math.floor(budget / branch.scale)
-    slack = max(MIN_SLACK, wanted // 100)
-    if branch.asked is None:
-        branch.asked = wanted
-    elif not branch.asked <= wanted <= branch.asked + slack:
-        branch.asked = max(wanted - slack // 2, 0)
-    return branch.asked
+def room(branch: Branch, request: Request) -> dict[str, Any]:
+    """What the host works a request's budget out from: the tokens of the body beside the conversation, the answer's
+    max tokens, and the branch's rendering scale."""
+    return {"overhead_tokens": request.overhead_tokens, "reply_tokens": request.reply_tokens,
+            "scale": branch.scale if branch.scale > 1 else None}
 
 
 async def _stored(sent: tuple[asyncio.Future[Any], str] | None, otherwise: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol.types import AssembleResult, ContextItem
 from sidecar.client import SidecarClient, SidecarRequestError
+from sidecar.engine.tokens import estimate_bytes_tokens
 from sidecar.proxy.adapters.base import Adapter, Item, Request, Unit, part_id, split_part_id
 from sidecar.proxy.conversation import MAX_RENDERED, Branch
 
@@ -28,10 +29,12 @@ async def render_context(client: SidecarClient, adapter: Adapter, branch: Branch
     if keep and len(branch.ends) >= keep:
         cut = branch.ends[keep - 1] + 1  # a unit's parts are stored together: no group spans the cut
         more, more_ends = await render_items(client, adapter, branch, branch.items[keep:], branch.messages[keep:])
+        size = branch.size - joined_size(branch.elements[cut:]) + joined_size(more)
         elements, ends = branch.elements[:cut] + more, branch.ends[:keep] + [end + cut for end in more_ends]
     else:
         elements, ends = await render_items(client, adapter, branch, branch.items, branch.messages)
-    branch.elements, branch.ends = list(elements), list(ends)
+        size = joined_size(elements)
+    branch.elements, branch.ends, branch.size = list(elements), list(ends), size
     return elements, ends
 
 
@@ -40,6 +43,17 @@ def unit_elements(adapter: Adapter, unit: Unit, uid: str) -> list[bytes]:
     parts = adapter.parts(unit)
     items = [Item("message", part_id(uid, index, len(parts)), part) for index, part in enumerate(parts)]
     return [text.encode() for text in adapter.render_unit(unit, items)]
+
+
+def joined_size(elements: Sequence[bytes]) -> int:
+    """Bytes of ``elements`` as members of a JSON array, each with its separator."""
+    return sum(len(element) + 1 for element in elements)
+
+
+def rendered_tokens(size: int) -> int:
+    """Tokens of a conversation whose elements take ``size`` bytes (``joined_size``), as the sidecar estimates them:
+    its JSON array's bytes."""
+    return estimate_bytes_tokens(size + 1)
 
 
 def spliced(request: Request, elements: Sequence[bytes]) -> bytes:

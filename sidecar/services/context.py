@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
 
 from protocol import methods
 from protocol.types import AssembleParams, AssembleResult, DidPruneParams, ReportUsageParams, Usage, UsageParams
 from sidecar.assemble_reply import context_item_head, context_item_tail, encode_assemble_result
-from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, assemble, is_prunable, plan_window
+from sidecar.engine.assembly import PRUNED_PLACEHOLDER, Assembly, appendable, assemble, is_prunable, plan_window
 from sidecar.engine.messages import openai_view
 from sidecar.engine.summaries import render_summary
-from sidecar.engine.usage import default_budget
+from sidecar.engine.usage import prompt_budget, reserve_for, steady_budget
 from sidecar.rows import ItemRow, SessionRow, SummaryRow, iso
 from sidecar.services.errors import invalid_params
 from sidecar.services.figures import PLACEHOLDER_TOKENS
@@ -22,6 +26,18 @@ from sidecar.wire import RawJSON, dumps, unstructure, utf8
 
 log = logging.getLogger(__name__)
 
+MAX_SCALE = 8.0
+"""The largest ``scale`` an assemble takes: a client whose messages are rendered larger is mistaken about them."""
+
+
+@attrs.frozen
+class Shortfall:
+    """What an assemble found before it replied: the prompt would not hold what it must (see ``assemble_fitting``)."""
+
+    budget: int
+    over_budget: bool
+    """The summaries, pinned messages and fresh tail alone exceed the budget."""
+
 
 def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     """The message list for the next LLM call, within the budget, valid for any OpenAI-compatible API.
@@ -31,13 +47,18 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     With ``since`` naming the session's previous reply, and that prompt unchanged but for messages added at its
     end, only those come back (``delta``); otherwise the whole prompt, with ``delta: false``.
     """
+    reply = _assemble(sidecar, params, fitting=False)
+    assert isinstance(reply, RawJSON)
+    return reply
+
+
+def _assemble(sidecar: Sidecar, params: AssembleParams, fitting: bool) -> RawJSON | Shortfall:
+    """``assemble_context``; with ``fitting``, a prompt over its budget, or one leaving messages out while a
+    compaction of the session runs, is not built: the ``Shortfall`` says so, and nothing was changed."""
     session = sidecar.session(params.session_id)
-    compaction = sidecar.settings.compaction
-    window = sidecar.context_window(session)
-    budget = default_budget(window, compaction) if params.budget is None else params.budget
-    if budget < 0:
-        raise invalid_params("budget must not be negative", "budget")
-    fresh_tail = compaction.fresh_tail if params.fresh_tail is None else params.fresh_tail
+    state = sidecar.runtime.of(session.session_id)
+    budget = _budget(sidecar, session, state, params)
+    fresh_tail = sidecar.settings.compaction.fresh_tail if params.fresh_tail is None else params.fresh_tail
     if fresh_tail < 0:
         raise invalid_params("freshTail must not be negative", "freshTail")
     prune = sidecar.settings.prune.enabled if params.prune is None else params.prune
@@ -47,27 +68,30 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
         from sidecar.services.model_tools.definitions import DEFINITIONS_JSON
 
         tools = utf8(DEFINITIONS_JSON)
-    state = sidecar.runtime.of(session.session_id)
     state.note_prompt(session.context_tokens)
     previous = state.prompt
     key = (budget, fresh_tail, prune, reasoning)
-    stepped_from: int | None = None
+    step = None
     if prune:
-        step = sidecar.prune_state(session)
+        due = sidecar.prune_state(session)
         session = sidecar.session(session.session_id)  # prune_state may have recounted the totals
-        if step.advanced:
-            stepped_from = session.pruned_upto
-            session = sidecar.store().advance_prune(session.session_id, step.frontier, step.count,
-                                                    step.tokens) or session
+        step = due if due.advanced else None
     anchors = sidecar.store().anchors(session)
-    same = previous is not None and previous.holds(key, session, sidecar.settings, anchors)
+    same = step is None and previous is not None and previous.holds(key, session, sidecar.settings, anchors)
     if same and params.since is not None and params.since == previous.revision:  # type: ignore[union-attr]
         fast = _appended(sidecar, session, state, previous, budget, reasoning, tools)  # type: ignore[arg-type]
         if fast is not None:
             return fast
-    plan, needed = choose_items(sidecar, session, budget, fresh_tail, session.pruned_upto if prune else None,
+    frontier = step.frontier if step is not None else session.pruned_upto
+    plan, needed = choose_items(sidecar, session, budget, fresh_tail, frontier if prune else None,
                                 previous.anchor if previous is not None
                                 and previous.anchors(key, session, sidecar.settings) else None)
+    if fitting and (plan.over_budget or (len(plan.chosen) < session.context_count and state.compacting)):
+        return Shortfall(budget, plan.over_budget)
+    stepped_from: int | None = None
+    if step is not None:
+        stepped_from = session.pruned_upto
+        session = sidecar.store().advance_prune(session.session_id, step.frontier, step.count, step.tokens) or session
     messages, items, rows = render(sidecar, session, plan, reasoning)
     raw_tokens = {item.position: item.tokens for item in needed} if needed is not plan.chosen else None
     state.note_assembled(session.revision, plan.tokens / session.calibration)
@@ -79,7 +103,9 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
     sidecar.runtime.keep_prompt(session.session_id, prompt)
     result = AssembleResult(messages=[], items=[], tokens=plan.tokens, dropped=session.context_count - len(items),
                             over_budget=plan.over_budget, usage=sidecar.usage(session), revision=revision,
-                            stable_prefix=stable, cache_breakpoints=prompt.breakpoints(stable))
+                            stable_prefix=stable, cache_breakpoints=prompt.breakpoints(stable), budget=budget,
+                            fixed_breakpoints=prompt.leading,
+                            reason=over_budget_reason(sidecar, session, plan, budget) if plan.over_budget else None)
     if stepped_from is not None:
         announce_prune(sidecar, session, stepped_from, session.pruned_upto, plan, anchors.positions)
     if params.since is not None:
@@ -89,6 +115,70 @@ def assemble_context(sidecar: Sidecar, params: AssembleParams) -> RawJSON:
             result.keep = stable
             messages, items = messages[stable:], items[stable:]
     return encode_assemble_result(result, messages, items, tools)
+
+
+async def assemble_fitting(sidecar: Sidecar, params: AssembleParams,
+                           fit: Callable[[str, int], Awaitable[Any]],
+                           after_running: Callable[[str], Awaitable[Any]]) -> RawJSON:
+    """``context/assemble`` that compacts rather than leave out what the prompt must hold.
+
+    A compaction of the session that is running is waited for when the prompt would leave messages out without it.
+    Summaries, pinned messages and the fresh tail over the budget the sidecar worked out (no ``budget`` named) are
+    compacted first (``fit``: automatic compaction, the kept tail within half the budget); then the prompt is built
+    as it can be (``reason`` says why when it is still over).
+    """
+    fitted = False
+    while True:
+        reply = _assemble(sidecar, params, fitting=True)
+        if not isinstance(reply, Shortfall):
+            return reply
+        if sidecar.runtime.of(params.session_id).running is not None:
+            await after_running(params.session_id)
+        elif reply.over_budget and not fitted and params.budget is None:  # a budget named is the client's to keep
+            fitted = True
+            await fit(params.session_id, reply.budget)
+        else:
+            return assemble_context(sidecar, params)
+
+
+def _budget(sidecar: Sidecar, session: SessionRow, state: SessionRuntime, params: AssembleParams) -> int:
+    """The budget asked for, else the prompt's: the window less the reply's room and the client's overhead, kept
+    while that changes by little (``steady_budget``)."""
+    if params.overhead_tokens is not None:
+        if params.overhead_tokens < 0:
+            raise invalid_params("overheadTokens must not be negative", "overheadTokens")
+        state.overhead = params.overhead_tokens
+    scale = 1.0 if params.scale is None else params.scale
+    if not (1.0 <= scale <= MAX_SCALE):
+        raise invalid_params(f"scale must be between 1 and {MAX_SCALE:g}", "scale")
+    if params.budget is not None:
+        if params.budget < 0:
+            raise invalid_params("budget must not be negative", "budget")
+        return params.budget
+    if params.reply_tokens is not None and params.reply_tokens < 0:
+        raise invalid_params("replyTokens must not be negative", "replyTokens")
+    wanted = prompt_budget(sidecar.context_window(session), sidecar.settings.compaction, state.overhead, scale,
+                           params.reply_tokens or 0)
+    state.budget = steady_budget(wanted, state.budget)
+    return state.budget
+
+
+def over_budget_reason(sidecar: Sidecar, session: SessionRow, plan: Assembly, budget: int) -> str:
+    """Why a prompt is over its budget, naming what decides it."""
+    forced = plan.tokens
+    window = sidecar.context_window(session)
+    compaction = sidecar.settings.compaction
+    text = f"the summaries, pinned messages and fresh tail hold {forced:,} tokens, over the budget of {budget:,}"
+    if budget == 0:
+        return text + (f": the model's window ({window:,}) less the reply's reserve (compaction.reserveTokens, "
+                       f"{reserve_for(window, compaction):,}) leaves no room beside the {sidecar.overhead(session):,} "
+                       "tokens of system prompt and tools")
+    if not compaction.automatic:
+        return text + " (automatic compaction is off: compaction.auto, compaction.maxTokens)"
+    state = sidecar.runtime.get(session.session_id)
+    if state is not None and state.idle_at is not None:
+        return text + f"; compaction replaced nothing: {state.idle_at[1]}"
+    return text + "; what is left cannot be compacted (the newest messages alone exceed it)"
 
 
 def _appended(sidecar: Sidecar, session: SessionRow, state: SessionRuntime, previous: Prompt, budget: int,
@@ -102,12 +192,8 @@ def _appended(sidecar: Sidecar, session: SessionRow, state: SessionRuntime, prev
     new = sidecar.store().items_after(session, previous.last_position)
     if session.revision - previous.session_revision != len(new):
         return None  # something else changed the context too
-    calls = {call for item in new for call in item.tool_call_ids or ()}
-    results = {item.tool_call_id for item in new if item.role == "tool" and item.kind == "message"}
-    if results != calls:  # a result of an older call, or a call not answered yet: older messages would change
+    if not appendable((item.role, item.tool_call_ids, item.tool_call_id) for item in new):
         return None
-    if any(item.role == "system" for item in new):
-        return None  # system messages lead the prompt: a new one is not appended at its end
     chosen = sidecar.calibrated(new, session)
     tokens = previous.tokens + sum(item.tokens for item in chosen)
     if tokens > budget:
@@ -124,7 +210,8 @@ def _appended(sidecar: Sidecar, session: SessionRow, state: SessionRuntime, prev
     dropped = session.context_count - len(previous.messages)
     result = AssembleResult(messages=[], items=[], tokens=tokens, dropped=dropped, over_budget=False,
                             usage=sidecar.usage(session), revision=previous.revision, stable_prefix=keep,
-                            cache_breakpoints=previous.breakpoints(keep), delta=True, keep=keep)
+                            cache_breakpoints=previous.breakpoints(keep), delta=True, keep=keep, budget=budget,
+                            fixed_breakpoints=previous.leading)
     return encode_assemble_result(result, messages, items, tools)
 
 
@@ -168,10 +255,13 @@ def choose_items(sidecar: Sidecar, session: SessionRow, budget: int, fresh_tail:
         if window.covered or complete:
             needed = raw[window.start:]
             placeholder = rule.placeholder_tokens if rule is not None else PLACEHOLDER_TOKENS
-            if anchors.items:
-                # Anchored items older than the window join it: they are always sent, in their place.
+            always = store.summary_items(session)
+            if anchors.items or always:
+                # Anchored items and summaries older than the window join it: they are always sent, in their place.
                 start = needed[0].position if needed else math.inf
-                needed = [item for item in anchors.items if item.position < start] + needed
+                older = [item for item in anchors.items if item.position < start]
+                older += [item for item in always if item.position < start]
+                needed = sorted(older, key=lambda item: item.position) + needed if older else needed
             calibrated = sidecar.calibrated(needed, session)
             plan = assemble(calibrated, budget, fresh_tail, window.pruned, placeholder, anchors.positions,
                             anchors.system, anchor)

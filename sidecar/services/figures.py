@@ -12,7 +12,7 @@ from sidecar.config.settings import Settings
 from sidecar.engine.assembly import PRUNED_PLACEHOLDER, PruneRule, PruneStep, is_prunable, prune_step, pruned_total
 from sidecar.engine.cache_cost import ITEMS_PER_PROMPT, step_pays
 from sidecar.engine.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
-from sidecar.engine.usage import compaction_threshold, default_budget, not_compacted_hint, usage_figures
+from sidecar.engine.usage import compaction_threshold, not_compacted_hint, prompt_budget, usage_figures
 from sidecar.rows import ItemRow, SessionRow, StorageUnavailable, prune_rule_key
 from sidecar.services.runtime import Runtime
 
@@ -36,6 +36,19 @@ class SessionFigures:
         if session.context_window:
             return session.context_window
         return context_window_for(session.model, self.settings.models) or self.settings.context_window
+
+    def overhead(self, session: SessionRow) -> int:
+        """Tokens the session's client sends beside its context (system prompt, tools), as its last assemble said."""
+        state = self.runtime.get(session.session_id)
+        return state.overhead if state is not None else 0
+
+    def prompt_budget(self, session: SessionRow) -> int:
+        """The budget the session's prompts are assembled within: the one its last assemble worked out, else the
+        window less the reserve and the overhead."""
+        state = self.runtime.get(session.session_id)
+        if state is not None and state.budget is not None:
+            return state.budget
+        return prompt_budget(self.context_window(session), self.settings.compaction, self.overhead(session))
 
     def prune_rule(self) -> PruneRule:
         """Pruning as the settings say."""
@@ -112,7 +125,7 @@ class SessionFigures:
         factor = session.calibration
         window = self.context_window(session)
         whole = session.context_tokens * factor
-        if whole > default_budget(window, compaction):
+        if whole > self.prompt_budget(session):
             return True
         rule = self.prune_rule()
         saved = step.tokens * factor - step.count * rule.placeholder_tokens
@@ -157,7 +170,8 @@ class SessionFigures:
         if session.reported_tokens is not None and session.reported_revision == session.revision:
             tokens, source = session.reported_tokens, "provider"
         else:
-            tokens, source = estimate, "estimate"
+            # The whole prompt, as the provider counts it: with what the client sends beside the context.
+            tokens, source = estimate + self.overhead(session), "estimate"
         state = self.runtime.get(session.session_id)
         figures = usage_figures(tokens, window, self.settings.compaction,
                                 state is not None and state.compacting and not state.waiting,

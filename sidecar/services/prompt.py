@@ -104,14 +104,20 @@ class Prompt:
         return limit
 
     def breakpoints(self, stable: int) -> list[int]:
-        """At most 4 message indexes to put cache markers after: the leading block's ends, the last message kept
-        from the previous prompt, the last message."""
-        points = [*self.leading]
-        if stable:
-            points.append(stable - 1)
-        if self.messages:
-            points.append(len(self.messages) - 1)
-        return sorted(set(points))[-t.MAX_CACHE_BREAKPOINTS:]
+        """The prompt's cache breakpoints, ``stable`` of its messages kept from the previous one."""
+        return cache_breakpoints(self.leading, stable, len(self.messages))
+
+
+def cache_breakpoints(leading: Sequence[int], stable: int, count: int) -> list[int]:
+    """At most 4 indexes of a prompt's ``count`` messages to put cache markers after: the ``leading`` block's ends
+    (its system messages', its summaries'), the last of the ``stable`` messages kept from the previous prompt, the
+    last message. A client that appends messages to a prompt gets the same from its ``fixedBreakpoints``."""
+    points = [*leading]
+    if stable:
+        points.append(stable - 1)
+    if count:
+        points.append(count - 1)
+    return sorted(set(points))[-t.MAX_CACHE_BREAKPOINTS:]
 
 
 def leading_breakpoints(rows: Sequence[ItemRow]) -> list[int]:

@@ -48,8 +48,14 @@ class SessionRuntime:
     """After a failed auto-compaction: (not before this monotonic time, the next delay)."""
     idle_at: tuple[int, str] | None = None
     """Context size at which auto-compaction last found nothing to do, and why."""
+    unfit_at: int | None = None
+    """Context size at which a compaction to fit an assemble's budget found nothing to do: the next waits for more."""
     judged_under: Any = None
     """The settings of the connection whose automatic compaction set ``backoff`` or ``idle_at`` last."""
+    overhead: int = 0
+    """Tokens its client sends beside the context (system prompt, tools), as its last assemble said."""
+    budget: int | None = None
+    """The budget its last assemble worked out for the prompt (``steady_budget``), when the client named none."""
     compacting: bool = False
     running: asyncio.Future[Any] | None = None
     """The compaction running now: its ``CompactResult`` once it ends (None when it failed or was cancelled)."""
@@ -146,7 +152,7 @@ class SessionRuntime:
 
     def reset(self) -> None:
         """Forget what was judged on the database before it was opened again; the prompt and cache figures stay."""
-        self.assembled = self.prune_memo = self.backoff = self.idle_at = self.judged_under = None
+        self.assembled = self.prune_memo = self.backoff = self.idle_at = self.judged_under = self.unfit_at = None
         self.samples = []
         self.recent_calls = {}
         self.growth = (None, 0, None)

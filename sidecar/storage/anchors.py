@@ -18,6 +18,7 @@ class AnchorQueries:
     _db: duckdb.DuckDBPyConnection
     _sessions: dict[str, SessionRow]
     _anchors: dict[str, Anchors]
+    _summary_items: dict[str, tuple[int, list[ItemRow]]]
     _transaction: Callable[..., AbstractContextManager[None]]
     session: Callable[[str], SessionRow | None]
 
@@ -27,6 +28,22 @@ class AnchorQueries:
         if cached is None:
             cached = self._anchors[session.session_id] = self._read_anchors(session)
         return cached
+
+    def summary_items(self, session: SessionRow) -> list[ItemRow]:
+        """The summaries in the session's context, in order: read once per compaction (every compaction adds a
+        summary, so the session's summary count names its context's summaries)."""
+        if not session.summary_count:
+            return []
+        cached = self._summary_items.get(session.session_id)
+        if cached is not None and cached[0] == session.summary_count:
+            return cached[1]
+        rows = self._db.execute(
+            "SELECT position, kind, ref_id, role, tokens, tool_name, tool_call_id, tool_call_ids FROM context_items "
+            "WHERE session_id = ? AND kind = 'summary' AND position BETWEEN ? AND ? ORDER BY position",
+            [session.session_id, session.first_position or 0, session.live_after]).fetchall()
+        items = [ItemRow._make(row) for row in rows]
+        self._summary_items[session.session_id] = (session.summary_count, items)
+        return items
 
     def _read_anchors(self, session: SessionRow) -> Anchors:
         if session.last_position is None:

@@ -74,6 +74,8 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._sessions: dict[str, SessionRow] = {}
         self._tails = TailCache()
         self._anchors: dict[str, Anchors] = {}
+        self._summary_items: dict[str, tuple[int, list[ItemRow]]] = {}
+        """Per session: (its summary count then, the summaries in its context), see ``summary_items``."""
         self._heads: dict[str, tuple[int, str]] = {}
         """Per session: (revision, id of its newest message), see ``last_message_id``."""
 
@@ -266,6 +268,7 @@ class Storage(IngestWrites, ImportWrites, LineageQueries, AnchorQueries, MergeFi
         self._tails.drop(session_id)  # a session made again under this id restarts its revisions
         self._sessions.pop(session_id, None)
         self._anchors.pop(session_id, None)
+        self._summary_items.pop(session_id, None)
         self._heads.pop(session_id, None)
         self._write([(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
                      for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",

@@ -130,6 +130,9 @@ class Store(Protocol):
     def anchors(self, session: SessionRow) -> Anchors:
         """The session's anchored items (system and pinned messages with their tool-call units)."""
 
+    def summary_items(self, session: SessionRow) -> list[ItemRow]:
+        """The summaries in the session's context, in order (every assembled prompt sends them)."""
+
     def message_raws(self, session_id: str, seqs: Sequence[int]) -> dict[int, str]:
         """Verbatim JSON of messages by seq."""
 

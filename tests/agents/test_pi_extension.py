@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import pytest
 
 from sidecar.client import SidecarClient
 from sidecar.summarizers.prompts import SYSTEM_PROMPT
-from sidecar.testing import RecordedRequest, reference_policy
+from sidecar.testing import RecordedRequest, Reply, ToolCall, reference_policy
 from sidecar.testing.conversation import prompt_chars
 from tests.agents.runners import Claude, Pi, PiRpc
 from tests.agents.world import AgentWorld
@@ -32,13 +33,15 @@ MAX_TOKENS = 4096
 """The runner's model asks for this many output tokens; the reserve covers it."""
 
 
-def configure(pi: Pi, *, window: int, reserve: int, keep_recent: int = 20_000, sidecar: dict[str, Any] | None = None,
-              extension: dict[str, Any] | None = None) -> None:
-    """pi's window and compaction settings, and the extension's (``contextSidecar``) in pi's settings.json."""
+def configure(pi: Pi, *, window: int, reserve: int | None, keep_recent: int = 20_000,
+              sidecar: dict[str, Any] | None = None, extension: dict[str, Any] | None = None) -> None:
+    """pi's window and compaction settings (pi's defaults with ``reserve`` None), and the extension's
+    (``contextSidecar``) in pi's settings.json."""
     pi.context_window = window
     pi.dir.mkdir(parents=True, exist_ok=True)
-    settings = {"compaction": {"reserveTokens": reserve, "keepRecentTokens": keep_recent},
-                "contextSidecar": {**(extension or {}), "settings": sidecar or {}}}
+    settings: dict[str, Any] = {"contextSidecar": {**(extension or {}), "settings": sidecar or {}}}
+    if reserve is not None:
+        settings["compaction"] = {"reserveTokens": reserve, "keepRecentTokens": keep_recent}
     (pi.dir / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
 
 
@@ -120,6 +123,80 @@ def test_after_the_sidecar_compacts_pi_sends_its_summary_within_the_window(pi: P
     assert last[0].startswith(SUMMARY_TAG), "the sidecar's summary opens the conversation"
     assert not any(text.startswith("step 0:") for text in last), "the summary stands for the first steps"
     assert last[-1].startswith("step 99:") and any(e.get("type") == "agent_end" for e in after)
+
+
+RULE = "Never edit the generated files under build/ by hand."
+PI_SUMMARIZER = "You are a context summarization assistant"
+
+
+def reading(request: RecordedRequest) -> Reply:
+    """The fake model of a tool-heavy session: each prompt asks to read a file, read with pi's ``read`` tool."""
+    if request.tool_result is not None:
+        return Reply(text="Read it. " + request.tool_result[:40])
+    asked = re.search(r"read (notes/\S+\.txt)", request.last_user_text)
+    if asked and any(tool.name == "read" for tool in request.tools):
+        return Reply(tool_calls=(ToolCall("read", {"path": asked.group(1)}),))
+    return Reply(text="Noted.")
+
+
+def reading_session(agent_world: AgentWorld, rpc: PiRpc, turns: int) -> list[RecordedRequest]:
+    """``turns`` prompts, each reading a file of about 1,200 tokens; the first states a standing rule."""
+    notes = agent_world.workspace / "notes"
+    notes.mkdir(exist_ok=True)
+    agent_world.provider.responder = reading
+    for turn in range(turns):
+        (notes / f"f{turn}.txt").write_text(f"file {turn}\n" + f"line of file {turn}: x = {turn}\n" * 200)
+        rpc.prompt(("" if turn else RULE + " ") + f"Turn {turn}: read notes/f{turn}.txt and tell me what it holds.")
+    return agent_world.provider.model_requests
+
+
+def after_compaction(requests: list[RecordedRequest], window: int) -> list[RecordedRequest]:
+    """The requests from the first that carries a summary on, each checked: the summary and the standing rule are
+    there, the conversation does not open with an assistant message cut from its turn, and it fits the window."""
+    first = next((i for i, r in enumerate(requests) if any(t.startswith(SUMMARY_TAG) for t in user_texts(r))), None)
+    assert first is not None, "the sidecar compacted and its summary reached the provider"
+    later = requests[first:]
+    missing = [i for i, r in enumerate(later) if not any(t.startswith(SUMMARY_TAG) for t in user_texts(r))]
+    assert missing == [], f"{len(missing)} of {len(later)} requests after the first compaction carry no summary"
+    ruleless = [i for i, r in enumerate(later) if not any(RULE in t for t in user_texts(r))]
+    assert ruleless == [], f"{len(ruleless)} of {len(later)} requests lack the rule stated in the first turn"
+    opening = [next(m["role"] for m in r.body["messages"] if m["role"] != "system") for r in later]
+    assert set(opening) == {"user"}, opening
+    sizes = [prompt_tokens(r) for r in requests]
+    assert max(sizes) <= window, sizes
+    return later
+
+
+def test_every_request_after_the_first_compaction_carries_the_summary_and_the_rules_on_a_16k_model(
+        pi: Pi, agent_world: AgentWorld) -> None:
+    window = 16_384
+    agent_world.provider.context_window = window
+    configure(pi, window=window, reserve=4096)
+    with with_extension(pi) as rpc:
+        requests = reading_session(agent_world, rpc, 30)
+        later = after_compaction(requests, window)
+    assert len(later) >= 20, "most of the session came after the first compaction"
+    assert agent_world.provider.rejected == []
+    assert not any(e.get("type") == "compaction_start" for e in rpc.events), "pi never compacted itself"
+    assert all("memory_grep" in {t.name for t in r.tools} for r in requests), "the extension never stepped aside"
+
+
+def test_pi_with_its_default_settings_on_a_16k_model_works_and_says_once_which_setting_to_change(
+        pi: Pi, agent_world: AgentWorld) -> None:
+    """pi's default reserve (16,384) is the whole window: pi asks to compact before every turn."""
+    window = 16_384
+    agent_world.provider.context_window = window
+    configure(pi, window=window, reserve=None)
+    with with_extension(pi) as rpc:
+        requests = reading_session(agent_world, rpc, 24)
+        after_compaction(requests, window)
+    assert agent_world.provider.rejected == []
+    assert not any(PI_SUMMARIZER in json.dumps(r.body["messages"][:1]) for r in requests), "pi's summarizer unused"
+    assert all("memory_grep" in {t.name for t in r.tools} for r in requests), "the extension never stepped aside"
+    said = notices(rpc) or [line for line in rpc.stderr.splitlines() if "context-sidecar" in line]
+    advice = [text for text in said if "compaction.reserveTokens" in text]
+    assert len(advice) == 1 and "8192 or less" in advice[0], said
+    assert not any("pi keeps its own context" in text for text in said), said
 
 
 async def test_pis_compact_command_compacts_through_the_sidecar(pi: Pi, agent_world: AgentWorld,

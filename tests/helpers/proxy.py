@@ -75,8 +75,7 @@ async def stuck_in_a_compaction(tmp_path: Path, prepare_timeout: float) -> Async
                else {"role": "assistant", "content": f"<<{index}>> " + "a long answer. " * 600} for index in range(7)]
     with FakeProvider(responder=lambda request: Reply(hang=True)) as summarizer, \
             FakeProvider(responder=lambda request: "answered") as provider:
-        settings = {"contextWindow": 4000, "compaction": {"auto": False, "reserveTokens": 500, "freshTail": 2,
-                                                           "leafChunkSize": 2},
+        settings = {"contextWindow": 4000, "compaction": {"reserveTokens": 500, "freshTail": 2, "leafChunkSize": 2},
                     "llm": {"baseUrl": summarizer.base_url, "model": "fake-model", "timeoutSeconds": 600}}
         args = ("--prepare-timeout", f"{prepare_timeout:g}", "--summarizer", "settings")
         async with running_proxy(tmp_path, provider.url, settings, args) as proxy:

@@ -18,11 +18,6 @@ export const MEMORY_TOOL_NAMES: string[] = MEMORY_TOOLS.map((tool) => tool.funct
 const REQUEST_TIMEOUT_MS = 60_000;
 /** `memory_query` may ask the summarizer's model. */
 const TOOL_TIMEOUT_MS = 300_000;
-/**
- * Budgets are multiples of this: the sidecar refills a prompt whose budget changed (a rewrite, which the
- * provider's cache misses), so a budget moving by a few tokens of system prompt must not move it.
- */
-const BUDGET_STEP = 512;
 /** How long a `context` call waits for pi to write the messages it was handed (pi writes them a moment later). */
 const WRITE_WAIT_ROUNDS = 25;
 /**
@@ -127,7 +122,27 @@ export class PiSidecar {
     } catch (error) {
       this.fail(error);
     }
+    this.checkReserve(ctx.model);
     return undefined;
+  }
+
+  /**
+   * pi asks to compact once a prompt is over its window less its own `compaction.reserveTokens`; the sidecar keeps
+   * prompts within the window less at most half of it. A reserve over half the window has pi ask before every turn:
+   * say once which setting to change (the sidecar declines what it finds nothing to compact for).
+   */
+  private checkReserve(model: PiModel | undefined): void {
+    const window = model ? this.window(model) : 0;
+    const reserve = this.settings.piReserveTokens;
+    if (window > 0 && this.settings.piCompaction && reserve > window / 2) {
+      const most = Math.floor(window / 2);
+      this.say(
+        `context-sidecar: pi's compaction.reserveTokens (${reserve}) is over half of ${model?.id}'s ${window}-token window, ` +
+          `so pi asks to compact before every turn; set compaction.reserveTokens to ${most} or less in pi's settings.json`,
+        'warning',
+        'reserve',
+      );
+    }
   }
 
   private async onContext(messages: AgentMessage[], ctx: ContextView): Promise<{ messages: AgentMessage[] } | undefined> {
@@ -207,13 +222,17 @@ export class PiSidecar {
         { signal: event.signal },
       );
       if (!result.compacted) {
-        this.tell(`context-sidecar did not compact: ${result.reason ?? 'nothing to compact'}`, 'info');
+        // Once: with a reserve over half the window pi asks before every turn (checkReserve says so).
+        this.say(`context-sidecar did not compact: ${result.reason ?? 'nothing to compact'}`, 'info', 'not compacted');
         return { cancel: true };
       }
       const context = await this.assemble(sidecar, key, ctx, model, 0);
       const summary = summaryText(context.messages, context.items) || result.summary || '';
       if (!summary) {
-        throw new Error('context-sidecar compacted, but its context holds no summary');
+        // Every assembled context of a compacted session carries its summaries; a server that breaks that
+        // costs this compaction only.
+        this.say('context-sidecar compacted, but its context holds no summary; pi keeps its context as it is', 'warning');
+        return { cancel: true };
       }
       return {
         compaction: {
@@ -372,14 +391,22 @@ export class PiSidecar {
   }
 
   /**
-   * The sidecar's context within the window: less the reserve for the answer, pi's system prompt and tool
-   * definitions (sent beside the messages), and `extra` (messages pi sends after it).
+   * The sidecar's context within the budget the server works out: the window less the reserve for the answer
+   * (or the model's max tokens, when more) and what pi sends beside it: its system prompt and tool definitions,
+   * and `extra` (messages pi sends after it).
    */
   private async assemble(sidecar: Sidecar, key: string, ctx: ContextView, model: PiModel, extra: number): Promise<AssembleResult> {
-    const room = this.window(model) - this.settings.reserveTokens - this.overhead(ctx) - extra;
-    const budget = Math.max(0, Math.floor(room / BUDGET_STEP) * BUDGET_STEP);
+    const params = {
+      sessionId: key,
+      overheadTokens: this.overhead(ctx) + extra,
+      ...(model.maxTokens ? { replyTokens: model.maxTokens } : {}),
+    };
     try {
-      return await sidecar.request<AssembleResult>(Methods.CONTEXT_ASSEMBLE, { sessionId: key, budget }, { timeoutMs: REQUEST_TIMEOUT_MS });
+      const result = await sidecar.request<AssembleResult>(Methods.CONTEXT_ASSEMBLE, params, { timeoutMs: REQUEST_TIMEOUT_MS });
+      if (result.overBudget && result.reason) {
+        this.say(`context-sidecar: the context is over its budget: ${result.reason}`, 'warning', 'over budget');
+      }
+      return result;
     } catch (error) {
       if (error instanceof RpcError && error.code === ErrorCodes.UNKNOWN_SESSION) {
         this.ingested.delete(key); // Deleted by another client: the next call stores the branch again.

@@ -70,6 +70,10 @@ export interface AssembleResult {
   dropped: number;
   overBudget: boolean;
   usage: Usage;
+  /** The budget the server worked out from the window, the reserve and `overheadTokens`. */
+  budget?: number;
+  /** Why the context is over its budget, when it is. */
+  reason?: string;
 }
 
 export interface CompactResult {

@@ -21,6 +21,10 @@ export interface Settings {
   contextWindow?: number;
   /** Tokens kept free for the answer (and pi's auto-compaction margin): pi's `compaction.reserveTokens`. */
   reserveTokens: number;
+  /** pi's own `compaction.reserveTokens`: pi asks to compact once a prompt is over its window less this. */
+  piReserveTokens: number;
+  /** pi's own `compaction.enabled`. */
+  piCompaction: boolean;
   /** The server's own settings (`initializationOptions`, docs/configuration.md). */
   sidecar: Record<string, unknown>;
 }
@@ -117,11 +121,18 @@ export function resolveSettings(sources: SettingsSources): Resolved {
   const file = deepMerge(section(sources.global, SETTINGS_KEY), section(sources.project, SETTINGS_KEY));
   const piCompaction = deepMerge(section(sources.global, 'compaction'), section(sources.project, 'compaction'));
   const where = `settings.json "${SETTINGS_KEY}"`;
-  const settings: Settings = { enabled: true, command: ['context-sidecar'], reserveTokens: PI_RESERVE_TOKENS, sidecar: {} };
+  const settings: Settings = {
+    enabled: true,
+    command: ['context-sidecar'],
+    reserveTokens: PI_RESERVE_TOKENS,
+    piReserveTokens: PI_RESERVE_TOKENS,
+    piCompaction: piCompaction.enabled !== false,
+    sidecar: {},
+  };
 
   const reserve = nonNegativeInt(piCompaction.reserveTokens);
   if (reserve !== undefined) {
-    settings.reserveTokens = reserve;
+    settings.reserveTokens = settings.piReserveTokens = reserve;
   }
   if (file.enabled !== undefined) {
     if (typeof file.enabled === 'boolean') {

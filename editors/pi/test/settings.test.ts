@@ -8,7 +8,14 @@ import { agentDir, initializationOptions, PI_RESERVE_TOKENS, readSources, resolv
 describe('settings', () => {
   it('defaults to context-sidecar on PATH, the default database and pi\'s reserve', () => {
     const { settings, problems } = resolveSettings({ env: {} });
-    assert.deepEqual(settings, { enabled: true, command: ['context-sidecar'], reserveTokens: PI_RESERVE_TOKENS, sidecar: {} });
+    assert.deepEqual(settings, {
+      enabled: true,
+      command: ['context-sidecar'],
+      reserveTokens: PI_RESERVE_TOKENS,
+      piReserveTokens: PI_RESERVE_TOKENS,
+      piCompaction: true,
+      sidecar: {},
+    });
     assert.deepEqual(problems, []);
   });
 
@@ -30,6 +37,8 @@ describe('settings', () => {
       env: { CONTEXT_SIDECAR_DB: '/tmp/env.duckdb', CONTEXT_SIDECAR_CONTEXT_WINDOW: '32000', CONTEXT_SIDECAR_RESERVE_TOKENS: '2048', CONTEXT_SIDECAR_COMMAND: 'python -m sidecar' },
     }));
     assert.deepEqual([settings.db, settings.contextWindow, settings.reserveTokens], ['/tmp/env.duckdb', 32000, 2048]);
+    assert.equal(settings.piReserveTokens, 20000, "pi's own reserve stays pi's: it decides when pi asks to compact");
+    assert.equal(resolveSettings({ global: { compaction: { enabled: false } }, env: {} }).settings.piCompaction, false);
     assert.deepEqual(settings.command, ['python', '-m', 'sidecar']);
   });
 
@@ -44,7 +53,15 @@ describe('settings', () => {
       global: { contextSidecar: { enabled: 'yes', command: [], db: 3, contextWindow: -5, reserveTokens: 1.5, settings: 'fast' } },
       env: { CONTEXT_SIDECAR_CONTEXT_WINDOW: 'big', CONTEXT_SIDECAR_PI: 'maybe' },
     });
-    assert.deepEqual(settings, { enabled: true, command: ['context-sidecar'], reserveTokens: PI_RESERVE_TOKENS, sidecar: {}, contextWindow: undefined });
+    assert.deepEqual(settings, {
+      enabled: true,
+      command: ['context-sidecar'],
+      reserveTokens: PI_RESERVE_TOKENS,
+      piReserveTokens: PI_RESERVE_TOKENS,
+      piCompaction: true,
+      sidecar: {},
+      contextWindow: undefined,
+    });
     assert.equal(problems.length, 8, problems.join('\n'));
     assert.ok(problems.some((p) => p.includes('"contextSidecar".contextWindow')));
     assert.ok(problems.some((p) => p.includes('CONTEXT_SIDECAR_CONTEXT_WINDOW')));

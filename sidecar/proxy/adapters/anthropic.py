@@ -95,7 +95,10 @@ class AnthropicAdapter(Adapter):
         system = request.values.get("system")
         for entry in (system if isinstance(system, list) else []) + list(request.values.get("tools") or []):
             own += 1 if isinstance(entry, dict) and "cache_control" in entry else 0
-        for message in request.values["messages"]:
+        span = request.body.span
+        if span is not None and request.body.raw.find(b'"cache_control"', *span) == -1:
+            return own, None  # one scan of the bytes, where a walk of every block took a millisecond at 100k tokens
+        for message in reversed(request.values["messages"]):  # agents mark their newest message: found at once
             for block in (message or {}).get("content") or ():
                 if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
                     return own, compact(block["cache_control"])

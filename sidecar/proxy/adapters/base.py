@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from sidecar.engine.tokens import estimate_bytes_tokens
 from sidecar.proxy.body import Body, BodyError, read_body
 from sidecar.proxy.jsontext import JsonTextError
 
@@ -24,6 +25,10 @@ class BadRequest(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+REPLY_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+"""Anthropic's and Chat's, Chat's newer one, Responses'."""
 
 
 @attrs.define
@@ -49,10 +54,19 @@ class Request:
         return self.values.get("stream") is True
 
     @property
-    def overhead_bytes(self) -> int:
-        """Bytes of the body outside the conversation: system prompt, tools, settings."""
+    def overhead_tokens(self) -> int:
+        """Tokens of the body outside the conversation: system prompt, tools, settings."""
         span = self.body.span or (0, 0)
-        return len(self.body.raw) - (span[1] - span[0])
+        return estimate_bytes_tokens(len(self.body.raw) - (span[1] - span[0]))
+
+    @property
+    def reply_tokens(self) -> int | None:
+        """The most tokens the answer may take, as the request says (each API has its own name for it)."""
+        for name in REPLY_LIMITS:
+            value = self.values.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
 
 
 @attrs.define

@@ -22,7 +22,8 @@ def setup(server: SidecarServer) -> None:
 
 
 async def assemble(ls: SidecarServer, params: AssembleParams) -> Any:
-    return context.assemble_context(ls.sidecar, params)
+    assert ls.compactions is not None, "setup gives every connection its runner"
+    return await context.assemble_fitting(ls.sidecar, params, ls.compactions.fit, ls.compactions.after_running)
 
 
 async def usage(ls: SidecarServer, params: UsageParams) -> Any:

@@ -15,6 +15,7 @@ import attrs
 
 from sidecar.engine.compaction_plan import (
     condensed_groups,
+    fresh_tail_within,
     handoff_span,
     leaf_chunks,
     nothing_to_compact,
@@ -32,6 +33,17 @@ from sidecar.summarizers.escalation import EscalatedSummary, summarize_with_esca
 SPLIT_TURN_HEADING = "## Turn Context (split turn)"
 
 Progress = Callable[[int, int], None]
+
+
+@attrs.frozen
+class Target:
+    """What a compaction must get the context under: ``tokens`` (calibrated, as usage counts them), its kept tail
+    holding at most ``tail_tokens`` (raw) but for the newest message; a run of fewer than ``leafChunkSize`` older
+    messages is summarized when it holds ``run_tokens`` (raw)."""
+
+    tokens: int
+    tail_tokens: int
+    run_tokens: int
 
 
 @attrs.define
@@ -59,7 +71,8 @@ class Compaction:
     """Compacts one session once, in one of the modes of docs/protocol.md (``context/compact``)."""
 
     def __init__(self, sidecar: Sidecar, session_id: str, mode: str, focus: str | None,
-                 summarizer: Summarizer, progress: Progress | None = None, fall_back_on_failure: bool = False) -> None:
+                 summarizer: Summarizer, progress: Progress | None = None, fall_back_on_failure: bool = False,
+                 target: Target | None = None) -> None:
         self.sidecar = sidecar
         self.session_id = session_id
         self.mode = mode
@@ -70,6 +83,10 @@ class Compaction:
         """A failed summarizer call is replaced by the deterministic summary instead of failing the compaction."""
         self.progress = progress or (lambda done, planned: None)
         self.settings = sidecar.settings.compaction
+        self.target = target
+        self.fresh_tail = self.settings.fresh_tail
+        self.keep_recent_tokens = self.settings.keep_recent_tokens
+        """The kept tail (``load`` caps them by the target's tail tokens)."""
         self.rewrite = Rewrite(sidecar, session_id, summarizer.name)
         """The session's context, as read and as rewritten so far."""
         self.calls = 0
@@ -77,8 +94,12 @@ class Compaction:
         self.planned = 0
 
     def load(self) -> SessionRow:
-        """Read the session's current context, with the summaries in it."""
-        return self.rewrite.load()
+        """Read the session's current context, with the summaries in it; the kept tail fits the target."""
+        session = self.rewrite.load()
+        if self.target is not None:
+            self.fresh_tail = fresh_tail_within(self.rewrite.nodes, self.settings.fresh_tail, self.target.tail_tokens)
+            self.keep_recent_tokens = min(self.keep_recent_tokens, self.target.tail_tokens)
+        return session
 
     def loaded_context(self) -> tuple[list[ItemRow], bool]:
         """The context as loaded, as items for ``Sidecar.estimated_tokens``: no need to read it again."""
@@ -104,9 +125,11 @@ class Compaction:
             rounds = await self._dag_rounds(session)
         if not rewrite.new_summaries:
             settings = self.settings
+            kept = self.fresh_tail if self.fresh_tail != settings.fresh_tail else None
+            run = self.target.run_tokens or None if self.target is not None else None
             return self._outcome(False, before, before, 0, nothing_to_compact(
-                rewrite.nodes, self.mode, settings.fresh_tail, settings.keep_recent_tokens, settings.leaf_chunk_size,
-                settings.condensed_min_fanout))
+                rewrite.nodes, self.mode, settings.fresh_tail, self.keep_recent_tokens, settings.leaf_chunk_size,
+                settings.condensed_min_fanout, kept, run))
         virtual_after = rewrite.virtual_tokens()
         if virtual_after >= raw_before:
             return self._outcome(False, before, before, rounds, "no progress: the summaries would not make the "
@@ -149,7 +172,7 @@ class Compaction:
     def _begin(self, tokens_before: int | None) -> tuple[SessionRow, int]:
         """The session (its context loaded, if ``load`` was not called) and its size before, as usage counts it."""
         rewrite = self.rewrite
-        session = rewrite.session() if rewrite.nodes else rewrite.load()
+        session = rewrite.session() if rewrite.nodes else self.load()
         before = tokens_before if tokens_before is not None else \
             rewrite.timed(lambda: self.sidecar.estimated_tokens(session))
         return session, before
@@ -175,6 +198,8 @@ class Compaction:
 
     async def _dag_rounds(self, session: SessionRow) -> int:
         threshold = compaction_threshold(self.sidecar.context_window(session), self.settings)
+        if self.target is not None:
+            threshold = min(threshold, self.target.tokens)
         counts_pruned = not self.sidecar.settings.prune.postpone_compaction  # pruned outputs count whole, as in usage
         rounds = 0
         max_rounds = self.settings.max_rounds if self.mode == "full" else 1
@@ -191,8 +216,9 @@ class Compaction:
 
     async def _leaf_pass(self) -> bool:
         rewrite = self.rewrite
-        tail = protected_tail_start(rewrite.nodes, self.settings.fresh_tail)
-        chunks = leaf_chunks(rewrite.nodes, tail, max(1, self.settings.leaf_chunk_size))
+        tail = protected_tail_start(rewrite.nodes, self.fresh_tail)
+        chunks = leaf_chunks(rewrite.nodes, tail, max(1, self.settings.leaf_chunk_size),
+                             min_tokens=self.target.run_tokens if self.target is not None else None)
         if not chunks:
             return False
         rewrite.load_messages([i for chunk in chunks for i in chunk])
@@ -208,7 +234,7 @@ class Compaction:
 
     async def _condensed_pass(self) -> bool:
         rewrite = self.rewrite
-        tail = protected_tail_start(rewrite.nodes, self.settings.fresh_tail)
+        tail = protected_tail_start(rewrite.nodes, self.fresh_tail)
         groups = condensed_groups(rewrite.nodes, tail, max(2, self.settings.condensed_min_fanout))
         if not groups:
             return False
@@ -228,7 +254,7 @@ class Compaction:
     async def _handoff(self, supplied: str | None) -> bool:
         rewrite = self.rewrite
         nodes = rewrite.nodes
-        turn_start, tail_start = handoff_span(nodes, self.settings.fresh_tail, self.settings.keep_recent_tokens)
+        turn_start, tail_start = handoff_span(nodes, self.fresh_tail, self.keep_recent_tokens)
         replaced = [i for i in range(tail_start) if not nodes[i].anchored]
         if not replaced or (len(replaced) == 1 and nodes[replaced[0]].summary_kind == "handoff"
                             and supplied is None):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,6 +25,7 @@ from protocol.types import (
     Usage,
     WillCompactParams,
 )
+from sidecar.engine.usage import compaction_threshold, fresh_tail_cap
 from sidecar.rows import StorageFailure
 from sidecar.services.errors import SidecarError
 from sidecar.summarizers.base import Summarizer, SummarizerError
@@ -31,7 +33,7 @@ from sidecar.wire import unstructure
 
 if TYPE_CHECKING:
     from sidecar.rows import SessionRow
-    from sidecar.services.compaction.engine import Compaction, Outcome
+    from sidecar.services.compaction.engine import Compaction, Outcome, Target
     from sidecar.services.model_tools.calls import Answerer
     from sidecar.services.runtime import SessionRuntime
     from sidecar.services.state import Sidecar
@@ -177,7 +179,50 @@ class CompactionRunner:
             raise SidecarError(codes.INVALID_PARAMS, f"unknown compaction mode {mode!r}", {"field": "mode"})
         return mode
 
-    def _begin(self, params: CompactParams, trigger: str) -> _Begun:
+    def _target(self, session_id: str, budget: int | None) -> Target:
+        """What a compaction gets the session under: its threshold less what the client sends beside the context,
+        its kept tail within half the prompt's budget, and a few older messages summarized when they hold as much;
+        with ``budget`` (to fit it), under that too, and any older messages summarized."""
+        from sidecar.services.compaction.engine import Target
+
+        session = self.sidecar.session(session_id)
+        settings = self.sidecar.settings.compaction
+        tokens = compaction_threshold(self.sidecar.context_window(session), settings) - self.sidecar.overhead(session)
+        prompt = self.sidecar.prompt_budget(session) if budget is None else budget
+        tail = math.ceil(fresh_tail_cap(prompt) / session.calibration)
+        if budget is None:
+            return Target(max(tokens, 0), tail, tail)
+        return Target(max(min(tokens, budget), 0), tail, 0)  # to fit: any run of older messages
+
+    async def fit(self, session_id: str, budget: int) -> CompactResult | None:
+        """Compact so that the session's summaries and fresh tail fit ``budget`` (an assemble found them over it):
+        in the settings' mode (``incremental`` taken as ``full``), the kept tail within half the budget.
+
+        None when automatic compaction is off, held back after a failure, or found nothing to do last time (until
+        the context grows), or when it failed (logged, backed off). A cancelled assemble leaves it running.
+        """
+        settings = self.sidecar.settings.compaction
+        state = self.sidecar.runtime.of(session_id)
+        if not settings.automatic or state.compacting or state.backed_off(time.monotonic()):
+            return None
+        count = self.sidecar.session(session_id).context_count
+        if state.unfit_at is not None and count <= state.unfit_at:
+            return None
+        mode = "handoff" if settings.mode == "handoff" else "full"
+        log.info("session %s: its summaries and fresh tail are over the budget (%d): compacting before the reply",
+                 session_id, budget)
+        try:
+            begun = self._begin(CompactParams(session_id=session_id, mode=mode), "auto", budget)  # type: ignore
+        except Exception as error:
+            self._auto_failed(session_id, error)
+            return None
+        task = self.server.run_in_background(self._auto(begun))
+        task.add_done_callback(lambda _: begun.release(settle=True))
+        result = await asyncio.shield(begun.done)
+        state.unfit_at = None if result is not None and result.compacted else count
+        return result
+
+    def _begin(self, params: CompactParams, trigger: str, budget: int | None = None) -> _Begun:
         """Check, mark the session compacting and read its context, all before any await.
 
         So a compaction works on the context as it was when it was asked for or triggered, whatever the client
@@ -198,7 +243,8 @@ class CompactionRunner:
             # A client's model call that fails never fails the compaction: the deterministic summary stands in.
             begun.compaction = Compaction(self.sidecar, session_id, mode, params.focus, summarizer,
                                           progress=self._progress_reporter(begun.token, session_id),
-                                          fall_back_on_failure=summarizer.name == "client")
+                                          fall_back_on_failure=summarizer.name == "client",
+                                          target=self._target(session_id, budget))
             begun.session = begun.compaction.load()
             begun.tokens_before = self.sidecar.estimated_tokens(begun.session,
                                                                 tail=begun.compaction.loaded_context())
@@ -441,8 +487,7 @@ class CompactionRunner:
         session = self.sidecar.store().session(session_id)
         if session is None:
             return
-        idle = state.idle_at if state is not None else None
-        if idle is not None and session.context_count < idle[0] + max(1, settings.leaf_chunk_size):
+        if state is not None and self._idle(state, session):
             return
         limit = self.sidecar.settings.llm.max_calls_per_minute
         if self.summarizer_for(session_id).name != "deterministic" and self.calls_last_minute() >= limit:
@@ -476,6 +521,11 @@ class CompactionRunner:
 
         task = self.server.run_in_background(self._auto(begun))
         task.add_done_callback(done)
+
+    def _idle(self, state: SessionRuntime, session: SessionRow) -> bool:
+        """Whether the last automatic compaction found nothing to do and the context has not grown enough since."""
+        idle, grown = state.idle_at, max(1, self.sidecar.settings.compaction.leaf_chunk_size)
+        return idle is not None and session.context_count < idle[0] + grown
 
     async def _auto(self, begun: _Begun) -> None:
         try:

@@ -67,6 +67,8 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
         """This store's name in notifications, so that it does not take its own writes for another's."""
         self._tails = TailCache()
         self._anchors: dict[str, tuple[int, Anchors]] = {}
+        self._summary_items: dict[str, tuple[int, list[ItemRow]]] = {}
+        """Per session: (its summary count then, the summaries in its context), see ``summary_items``."""
         self.role = ""
         self._known: dict[str, SessionRow] = {}
         """The last row read of each session: what an ingest answers from while the server is away."""
@@ -273,6 +275,20 @@ class PgStorage(PgWrites, PgLineage, PgCopies, ContextReads):
         found = self._read_anchors(session)
         self._anchors[session.session_id] = (session.revision, found)
         return found
+
+    def summary_items(self, session: SessionRow) -> list[ItemRow]:
+        """The summaries in the session's context, in order: read once per compaction (each adds a summary, so the
+        session's summary count names its context's summaries)."""
+        if not session.summary_count:
+            return []
+        cached = self._summary_items.get(session.session_id)
+        if cached is not None and cached[0] == session.summary_count:
+            return cached[1]
+        items = [_item(row) for row in self._rows(
+            f"SELECT {ITEM_COLUMNS} FROM context_items WHERE session_id = %s AND kind = 'summary' ORDER BY position",
+            [session.session_id])]
+        self._summary_items[session.session_id] = (session.summary_count, items)
+        return items
 
     def _read_anchors(self, session: SessionRow) -> Anchors:
         from sidecar.rows import NO_ANCHORS

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from sidecar.engine.messages import MessageRow
-from sidecar.rows import Anchors, SessionRow, StorageFailure, StorageUnavailable, prune_rule_parts, utcnow
+from sidecar.rows import Anchors, ItemRow, SessionRow, StorageFailure, StorageUnavailable, prune_rule_parts, utcnow
 from sidecar.storage.postgres.connection import Pool
 from sidecar.storage.postgres.positions import Positions
 from sidecar.storage.postgres.spool import IngestRecord, Spool, SpooledMessage
@@ -46,6 +46,7 @@ class PgWrites:
 
     _tails: TailCache
     _anchors: dict[str, tuple[int, Anchors]]
+    _summary_items: dict[str, tuple[int, list[ItemRow]]]
     session: Callable[[str], SessionRow | None]
     _rows: Callable[..., list[tuple[Any, ...]]]
     _transaction: Callable[[], AbstractContextManager[psycopg.Connection]]
@@ -240,6 +241,7 @@ class PgWrites:
             return False
         self._tails.drop(session_id)
         self._anchors.pop(session_id, None)
+        self._summary_items.pop(session_id, None)
         with self._transaction() as db:
             for table in ("summary_sources", "context_items", "summaries", "message_sources", "messages",
                           "agent_compactions", "private_values", "sessions"):
