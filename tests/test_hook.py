@@ -77,7 +77,7 @@ def payload(event: str, workspace: Path, path: Path | None, **extra: Any) -> dic
             "prompt_id": "p-1", "hook_event_name": event, **extra}
 
 
-def hook(stdin: bytes | dict[str, Any], db: Path, runtime: Path, log: Path) -> Run:
+def hook(stdin: bytes | dict[str, Any], db: Path | str, runtime: Path, log: Path) -> Run:
     """Run the hook as Claude Code does: a process, the JSON on stdin, stdout and stderr read."""
     data = json.dumps(stdin).encode() if isinstance(stdin, dict) else stdin
     argv = [sys.executable, "-m", "sidecar", "hook", "claude-code", "--db", str(db), "--log-file", str(log)]
@@ -86,12 +86,12 @@ def hook(stdin: bytes | dict[str, Any], db: Path, runtime: Path, log: Path) -> R
     return Run(done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
-async def client_on(db: Path, runtime: Path) -> SidecarClient:
+async def client_on(db: Path | str, runtime: Path) -> SidecarClient:
     return await SidecarClient.spawn(db=str(db), env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)}, timeout=WAIT)
 
 
-async def test_pre_compact_imports_the_whole_transcript_once(tmp_path, workspace, runtime):
-    db, log = tmp_path / "m.duckdb", tmp_path / "hook.log"
+async def test_pre_compact_imports_the_whole_transcript_once(tmp_path, workspace, runtime, store_target):
+    db, log = store_target, tmp_path / "hook.log"  # a file, then a team database
     path = transcript(tmp_path / f"{SESSION}.jsonl")
     for _ in range(2):
         run = hook(payload("PreCompact", workspace, path, trigger="manual", custom_instructions=None), db, runtime, log)

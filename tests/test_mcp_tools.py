@@ -21,9 +21,11 @@ async def stored(tmp_path: Path) -> dict[str, list[str]]:
 
 
 async def test_each_tool_over_the_working_directorys_workspace(tmp_path: Path, runtime: Path,
-                                                               stored: dict[str, list[str]]) -> None:
+                                                               store_target: str) -> None:
+    """On a file, then on a team database."""
+    stored = await two_workspaces(store_target, tmp_path)
     summary = stored["a-old"][0]
-    async with mcp_server(tmp_path / "m.duckdb", runtime, tmp_path / "ws-a") as mcp:
+    async with mcp_server(store_target, runtime, tmp_path / "ws-a") as mcp:
         await mcp.initialize()
         grep = await mcp.text("memory_grep", {"pattern": "platypus"})
         describe = await mcp.text("memory_describe", {"id": summary})

@@ -150,7 +150,7 @@ def mcp_env(runtime: Path, **extra: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def mcp_server(db: Path, runtime: Path, cwd: Path, roots: list[str] | None = None,
+async def mcp_server(db: Path | str, runtime: Path, cwd: Path, roots: list[str] | None = None,
                      args: list[str] | None = None, env: dict[str, str] | None = None,
                      log: Path | None = None) -> AsyncIterator[McpClient]:
     """``context-sidecar mcp --db DB`` started in ``cwd``, its log in ``log`` (else stderr)."""

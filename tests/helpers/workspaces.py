@@ -26,7 +26,8 @@ def dated(messages: list[dict[str, Any]], day: str) -> list[dict[str, Any]]:
     return messages
 
 
-async def store_workspace(db: Path, workspace: Path, sessions: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
+async def store_workspace(db: Path | str, workspace: Path,
+                          sessions: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
                           compact: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """Ingest sessions as a client rooted at ``workspace`` does; compact some in full; their summary ids."""
     workspace.mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,7 @@ async def store_workspace(db: Path, workspace: Path, sessions: dict[str, tuple[l
     return summaries
 
 
-async def two_workspaces(db: Path, root: Path) -> dict[str, list[str]]:
+async def two_workspaces(db: Path | str, root: Path) -> dict[str, list[str]]:
     """Workspace ``root/ws-a``: an older Claude Code session (compacted) and a newer Codex one; ``root/ws-b``: one.
 
     Returns the summary ids of the compacted session, ``a-old``.
