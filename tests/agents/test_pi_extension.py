@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from sidecar.client import SidecarClient
+from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import RecordedRequest, reference_policy
 from sidecar.testing.conversation import prompt_chars
 from tests.agents.runners import Claude, Pi, PiRpc
@@ -67,6 +68,11 @@ def user_texts(request: RecordedRequest) -> list[str]:
     return out
 
 
+def pi_requests(world: AgentWorld) -> list[RecordedRequest]:
+    """pi's own requests to its model, without the sidecar's summary calls that the extension runs on it."""
+    return [r for r in world.provider.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
+
+
 def notices(rpc: PiRpc) -> list[str]:
     """What the extension told the user (pi's notify, sent as extension UI requests in RPC mode)."""
     return [e["message"] for e in rpc.events if e.get("type") == "extension_ui_request" and e.get("method") == "notify"]
@@ -96,9 +102,9 @@ def test_after_the_sidecar_compacts_pi_sends_its_summary_within_the_window(pi: P
     with with_extension(pi) as rpc:
         requests: list[RecordedRequest] = []
         for step in range(40):
-            before = len(agent_world.provider.model_requests)
+            before = len(pi_requests(agent_world))
             rpc.prompt(words(step))
-            requests += agent_world.provider.model_requests[before:]
+            requests += pi_requests(agent_world)[before:]
             if any(text.startswith(SUMMARY_TAG) for text in user_texts(requests[-1])):
                 break
         else:
@@ -110,7 +116,7 @@ def test_after_the_sidecar_compacts_pi_sends_its_summary_within_the_window(pi: P
     sizes = [prompt_tokens(r) for r in requests]
     assert max(sizes) <= window, sizes
     assert max(sizes) > window // 2, "the session filled the window: the budget, not chance, kept it within"
-    last = user_texts(agent_world.provider.model_requests[-1])
+    last = user_texts(pi_requests(agent_world)[-1])
     assert last[0].startswith(SUMMARY_TAG), "the sidecar's summary opens the conversation"
     assert not any(text.startswith("step 0:") for text in last), "the summary stands for the first steps"
     assert last[-1].startswith("step 99:") and any(e.get("type") == "agent_end" for e in after)
@@ -123,15 +129,16 @@ async def test_pis_compact_command_compacts_through_the_sidecar(pi: Pi, agent_wo
     with with_extension(pi) as rpc:
         for step in range(8):
             rpc.prompt(words(step))
-        asked = len(agent_world.provider.model_requests)
+        asked = len(pi_requests(agent_world))
         compacted = rpc.request({"type": "compact", "customInstructions": "the tokenizer rules"}, timeout=60)
-        assert len(agent_world.provider.model_requests) == asked, "pi's own summarizer was never called"
+        # The sidecar's summary calls run on pi's model (context/summarize); pi's own summarizer is never called.
+        assert len(pi_requests(agent_world)) == asked, "pi's own summarizer was never called"
         summary = compacted["data"]["summary"]
         assert summary.startswith(SUMMARY_TAG)
         assert compacted["data"]["details"]["source"] == "context-sidecar"
         rpc.prompt("what next?")
 
-    sent = user_texts(agent_world.provider.model_requests[-1])
+    sent = user_texts(pi_requests(agent_world)[-1])
     assert summary.split('"')[1] in sent[0], "the next request opens with the summary the sidecar made"
     assert not any(text.startswith("step 0:") for text in sent) and sent[-1] == "what next?"
     session, entries = session_file(pi)
