@@ -1,4 +1,5 @@
-"""The MCP server: process start to tools/list answered, and to the first tools/call answered (cold and warm host)."""
+"""The MCP server: process start to initialize and tools/list answered (on the machine as it is, and with two busy
+processes of the bench's own), and to the first tools/call answered (cold and warm host)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,10 @@ from bench.core import GREP_PATTERN, SETTINGS, Bench, ingest_all, percentile, pr
 from sidecar.client import SidecarClient
 from sidecar.rpc import handshake
 
-MCP = [sys.executable, "-m", "sidecar", "mcp"]
+MCP = [str(Path(sys.executable).parent / "context-sidecar"), "mcp"]
+"""As ``setup`` writes it into the agents' configs: the installed script beside this interpreter."""
+BUSY = 2
+"""Processes spinning a core each while the loaded figures are taken (the machine has 2 cores)."""
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {},
               "clientInfo": {"name": "bench", "version": "1"}}
 
@@ -48,12 +54,18 @@ class _Mcp:
             if reply.get("id") == msg_id:
                 return reply  # type: ignore[no-any-return]
 
-    async def handshake(self) -> None:
-        """initialize, then initialized and tools/list, as Claude Code sends them."""
+    async def handshake(self, start: float | None = None) -> tuple[float, float]:
+        """initialize, then initialized and tools/list, as Claude Code sends them: milliseconds from ``start`` to
+        each reply."""
+        start = time.perf_counter() if start is None else start
         await self.request(0, "initialize", INITIALIZE)
+        initialized = (time.perf_counter() - start) * 1000
         assert self.process.stdin is not None
         self.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        await self.request(1, "tools/list")
+        reply = await self.request(1, "tools/list")
+        if len(reply.get("result", {}).get("tools", [])) != 4:
+            raise RuntimeError(f"tools/list did not list the four memory tools: {reply}")
+        return initialized, (time.perf_counter() - start) * 1000
 
     async def close(self) -> None:
         assert self.process.stdin is not None
@@ -65,13 +77,36 @@ class _Mcp:
             await self.process.wait()
 
 
-async def _start_to_tools_list(db: str, env: dict[str, str]) -> float:
+async def _start_to_tools_list(db: str, env: dict[str, str]) -> tuple[float, float]:
+    """Milliseconds from the spawn to the initialize reply, and to the tools/list reply."""
     start = time.perf_counter()
     mcp = await _Mcp.spawn(db, env)
-    await mcp.handshake()
-    elapsed = (time.perf_counter() - start) * 1000
+    elapsed = await mcp.handshake(start)
     await mcp.close()
     return elapsed
+
+
+async def _handshakes(bench: Bench, key: str, label: str, spawns: int, db: str, env: dict[str, str]) -> None:
+    """``spawns`` starts to tools/list, one after the other; their p50 and max, and initialize's p50."""
+    times = [await _start_to_tools_list(db, env) for _ in range(spawns)]
+    initialized, listed = [t[0] for t in times], [t[1] for t in times]
+    bench.record(f"mcp_initialize{key}_p50_ms", f"mcp: start to initialize answered{label}, p50",
+                 percentile(initialized, 50), "ms")
+    bench.record(f"mcp_tools_list{key}_p50_ms", f"mcp: start to tools/list answered{label}, p50",
+                 percentile(listed, 50), "ms")
+    bench.record(f"mcp_tools_list{key}_max_ms", f"mcp: start to tools/list answered{label}, max", max(listed), "ms")
+
+
+@contextlib.contextmanager
+def _busy(processes: int) -> Iterator[None]:
+    """That many processes spinning a core each: a loaded machine the bench makes itself."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 async def _start_to_first_call(db: str, env: dict[str, str]) -> float:
@@ -123,9 +158,13 @@ async def mcp(bench: Bench) -> None:
         _stop_hosts(runtime)
 
         progress(f"mcp: start to tools/list, {spawns} spawns")
-        listed = [await _start_to_tools_list(db, env) for _ in range(spawns)]
-        bench.record("mcp_tools_list_p50_ms", "mcp: start to tools/list answered, p50", percentile(listed, 50), "ms")
-        bench.record("mcp_tools_list_max_ms", "mcp: start to tools/list answered, max", max(listed), "ms")
+        bench.info["mcp_loadavg"] = round(os.getloadavg()[0], 2)
+        await _handshakes(bench, "", "", spawns, db, env)
+        progress(f"mcp: start to tools/list with {BUSY} busy processes, {spawns} spawns")
+        with _busy(BUSY):
+            await asyncio.sleep(1)  # the spinners are running, not starting
+            await _handshakes(bench, "_loaded", f" with {BUSY} busy processes", spawns, db, env)
+            bench.info["mcp_loadavg_loaded"] = round(os.getloadavg()[0], 2)
 
         progress(f"mcp: start to the first tools/call, cold host, {spawns // 2} spawns")
         cold = []

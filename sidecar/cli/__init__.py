@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,8 @@ def log_server_like_the_tool(verbose: int, log_file: str | None) -> None:
 async def spawn_server(db: str | None, settings: dict[str, Any]) -> SidecarClient:
     """The sidecar a tool talks to. Its errors reach the tool as replies, which the tool reports in one line; its
     log (the same errors again, as warnings) goes where ``-v``/``--log-file`` say, else nowhere."""
+    import subprocess
+
     from sidecar.client import SidecarClient
 
     quiet = subprocess.DEVNULL if not _server_logging else None

@@ -9,10 +9,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from protocol import methods
 from sidecar import __version__
 from sidecar.config.defaults import DEFAULT_MEMORY_LIMIT
 
@@ -55,6 +54,8 @@ FORMAT_CHOICES = ["auto", "pi", "claude-code", "codex", "openai"]
 DB_HELP = ("DuckDB file to use, in a directory that exists (':memory:' for none), or a team's PostgreSQL server as "
            "postgresql://USER@HOST:PORT/DB (password from PGPASSWORD or ~/.pgpass); default: $CONTEXT_SIDECAR_DB, else "
            "one per-user file for every workspace")
+ALL = "*"
+"""``build_parser``'s every command."""
 
 
 def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.ArgumentParser:
@@ -69,26 +70,69 @@ def common_options(db_help: str = DB_HELP, command: bool = False) -> argparse.Ar
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
+def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
+    """The command line; given a ``command``, the parser of that one only (``None``: of none, to serve), so that
+    a start imports no other command's module (an agent waits for ``mcp`` and ``hook``)."""
     common = common_options()
     in_command = common_options(command=True)
 
     parser = argparse.ArgumentParser(prog="context-sidecar", description=DESCRIPTION, parents=[common],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"context-sidecar {__version__}")
+    serving_options(parser)
+    commands = parser.add_subparsers(dest="command", metavar="command")
+    for names, add in COMMANDS:
+        if command == ALL or command in names:
+            add(commands, in_command)
+    return parser
+
+
+def serving_options(parser: argparse.ArgumentParser) -> None:
+    """The options of serving (no command), before any command."""
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
     parser.add_argument("--no-share", dest="share", action="store_false",
                         help="open the database in this process instead of sharing it through a host")
     parser.add_argument("--clientProcessId", "--client-process-id", dest="client_process_id", type=int,
                         metavar="PID", help="exit when this process ends (sent by editor clients)")
-    commands = parser.add_subparsers(dest="command", metavar="command")
+
+
+class _ScanError(Exception):
+    """The command line is wrong: the whole parser will say how."""
+
+
+class _Scanner(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _ScanError(message)
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs, ``None`` to serve, or ``ALL`` (help, the version, a mistake): which parsers
+    ``build_parser`` must make. The same options as the whole parser, so that --db VALUE is never taken for a
+    command."""
+    scan = _Scanner(add_help=False, parents=[common_options()])
+    serving_options(scan)
+    scan.add_argument("-h", "--help", "--version", dest="everything", action="store_true")
+    scan.add_argument("command", nargs="?")
+    try:
+        known, _ = scan.parse_known_args(argv)
+    except _ScanError:
+        return ALL
+    if known.everything or (known.command is not None and not any(known.command in n for n, _ in COMMANDS)):
+        return ALL
+    return known.command
+
+
+def _add_demo(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``demo``."""
     demo = commands.add_parser("demo", parents=[in_command], help="run the demo session",
                                description="Spawn the real sidecar over stdio, feed it a generated coding-agent "
                                            "session, and print usage, an assembled context and a search hit.")
     demo.add_argument("--messages", type=positive_int, default=240,
                       help="messages in the generated session, at least 1 (default 240)")
 
+
+def _add_import(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``import``."""
     imp = commands.add_parser(
         "import", parents=[in_command], help="import a transcript file",
         description="Spawn a sidecar on --db (default: the per-user database) and store the transcript with "
@@ -101,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--follow", action="store_true",
                      help="keep watching FILE as an agent writes it (pi, Claude Code, Codex) and import each new "
                           "entry within a second; a deleted file is waited for; Ctrl-C stops (exit 0)")
+
+
+def _add_replay(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``replay``."""
+    from protocol import methods  # for its modes: loading the protocol's types is no start's business
 
     replay_db = "DuckDB file to keep the replayed session in; default: a fresh temporary file, removed afterwards"
     replay = commands.add_parser(
@@ -138,19 +187,37 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replay again with pruning off (prune.enabled false, a fresh temporary DB) and print "
                              "its prefix hits, input cost, and the cost ratio of pruning on / off")
 
-    from sidecar.cli.proxy_command import add_command as add_proxy  # argparse only; the proxy loads lazily
 
-    add_proxy(commands, in_command)
-    from sidecar.cli.wrap_command import add_command as add_wrap
+def _add_proxy(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``proxy``: its module defines it (argparse only; the proxy itself loads when it runs)."""
+    from sidecar.cli.proxy_command import add_command
 
-    add_wrap(commands, in_command)
-    from sidecar.cli.status_command import add_command as add_status
+    add_command(commands, in_command)
 
-    add_status(commands)
-    from sidecar.cli.team_command import add_commands as add_team
 
-    add_team(commands, in_command)
+def _add_wrap(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``wrap``, defined in its module."""
+    from sidecar.cli.wrap_command import add_command
 
+    add_command(commands, in_command)
+
+
+def _add_status(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``status``, defined in its module."""
+    from sidecar.cli.status_command import add_command
+
+    add_command(commands)
+
+
+def _add_team(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``db`` and ``team``, defined in their module."""
+    from sidecar.cli.team_command import add_commands
+
+    add_commands(commands, in_command)
+
+
+def _add_hook(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``hook``."""
     hook = commands.add_parser(
         "hook", parents=[in_command], help="run as a Claude Code hook (setup installs it)",
         description="Read a Claude Code hook's JSON on stdin and act on it through the shared host: PreCompact imports "
@@ -161,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "hook.log in the per-user log directory), and Claude Code goes on.")
     hook.add_argument("agent", metavar="AGENT", help="the agent whose hook this is: claude-code")
 
+
+def _add_setup(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``setup``."""
     setup = commands.add_parser(
         "setup", parents=[in_command], help="add the memory tools to Claude Code or Codex",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -197,6 +267,9 @@ no key or file the user had.""")
                        help="take out exactly what setup adds (the server, its hooks and permission entries), "
                             "and the keys and files it created for them once they are empty")
 
+
+def _add_host(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``host``."""
     host = commands.add_parser(
         "host", parents=[in_command], help="serve a database to relays (started on demand)",
         description="Open --db and serve it on a Unix socket to every context-sidecar relaying to it; exit, with "
@@ -208,6 +281,9 @@ no key or file the user had.""")
     host.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT, metavar="SIZE",
                       help=f"DuckDB memory_limit (default {DEFAULT_MEMORY_LIMIT})")
 
+
+def _add_mcp(commands: Any, in_command: argparse.ArgumentParser) -> None:
+    """``mcp``."""
     mcp = commands.add_parser(
         "mcp", parents=[in_command], help="serve the memory tools to an agent over MCP (stdio)",
         description="Serve MCP on stdin/stdout (newline-delimited JSON-RPC) for a coding agent: the tools memory_grep, "
@@ -217,7 +293,13 @@ no key or file the user had.""")
     mcp.add_argument("--settings", type=settings_object, metavar="JSON",
                      help="settings for this client's connection (a JSON object), e.g. the summarizer memory_query "
                           "answers with: '{\"llm\": {\"model\": \"gpt-4o-mini\"}}'")
-    return parser
+
+
+COMMANDS: tuple[tuple[tuple[str, ...], Callable[[Any, argparse.ArgumentParser], None]], ...] = (
+    (("demo",), _add_demo), (("import",), _add_import), (("replay",), _add_replay), (("proxy",), _add_proxy),
+    (("wrap",), _add_wrap), (("status",), _add_status), (("db", "team"), _add_team), (("hook",), _add_hook),
+    (("setup",), _add_setup), (("host",), _add_host), (("mcp",), _add_mcp))
+"""The commands in the order --help lists them, each with what adds its parser."""
 
 
 def positive_int(text: str) -> int:
@@ -287,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_command(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the command (or serve)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(command_named(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     if args.command in TYPED_DB and args.db:
         from sidecar.config.paths import missing_directory
 

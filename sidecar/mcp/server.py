@@ -4,21 +4,28 @@ Answered: ``initialize`` (versions 2024-11-05 to 2025-11-25), ``ping``, ``tools/
 ``logging/setLevel``; notifications ``initialized``, ``cancelled``, ``roots/list_changed``. The server asks a
 client that declares roots for them (``roots/list``): the first ``file://`` root is the workspace, else the
 working directory. Unknown methods get -32601, unparseable lines -32700; notifications are never answered.
+
+A session answers what needs no event loop (initialize, tools/list, ping, asking for roots, …) as soon as it exists,
+before asyncio and the host link are even imported: an agent in headless mode waits about a second for its MCP
+servers. What needs the loop (a tools/call, a batch) waits for ``start``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from sidecar import __version__
 from sidecar.mcp import tools
-from sidecar.mcp.host import HostLink
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from sidecar.mcp.host import HostLink
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,10 @@ INSTRUCTIONS = ("Memory of this workspace's coding-agent sessions, kept by conte
                 "the earlier ones, including everything compacted away. memory_grep finds text (each result names "
                 "its session), memory_expand and memory_describe open a summary or message by id, memory_query "
                 "answers a question from the history.")
+
+
+Work = Callable[[], Coroutine[Any, Any, Any]]
+"""What makes a request's coroutine, made once the loop runs it (one made before would warn, never awaited)."""
 
 
 class RequestError(Exception):
@@ -73,11 +84,33 @@ def short_id(value: Any) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= ID_MAX_CHARS and value.strip() else None
 
 
+class RootsRequest:
+    """A roots/list sent to the client (the event loop may not run yet): settled once answered, or once a tools/call
+    stopped waiting for it."""
+
+    def __init__(self) -> None:
+        self.settled = False
+        self.waiter: asyncio.Future[None] | None = None
+        """What tools/calls await, made on the loop by the first."""
+
+    def settle(self) -> None:
+        self.settled = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
 class McpServer:
     """One MCP session over stdio: lifecycle, dispatch, cancellation, roots."""
 
-    def __init__(self, write: Callable[[bytes], None], link: HostLink, cwd: str, env: Mapping[str, str]) -> None:
-        self.write, self.link, self.cwd = write, link, cwd
+    def __init__(self, write: Callable[[bytes], None], cwd: str, env: Mapping[str, str]) -> None:
+        self.write, self.cwd = write, cwd
+        self.link: HostLink | None = None
+        """The host connection, from ``start`` on."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[tuple[Work, str | None]] = []
+        """Work received before ``start``, with its request's key: started in order once the loop is there."""
+        self.workspace_dir: str | None = None
+        """The workspace as far as the session knows it (told to the link at ``start``)."""
         self.env_session = short_id(env.get(SESSION_ENV))
         self.version: str | None = None
         self.client_capabilities: dict[str, Any] = {}
@@ -85,13 +118,22 @@ class McpServer:
         self.roots: list[str] | None = None
         """The client's root directories once it answered roots/list; None before (or without roots)."""
         self.log_level: str | None = None
-        self._roots_request: asyncio.Future[None] | None = None
-        """Done once the latest roots/list was answered and its answer applied."""
+        self._roots_request: RootsRequest | None = None
+        """The latest roots/list."""
         self._ids = itertools.count(1)  # integer ids: some clients refuse string ids
         self._outgoing: dict[int, Callable[[Any, RequestError | None], None]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         """Every request under way, batches included (the loop keeps only weak references)."""
+
+    def start(self, loop: asyncio.AbstractEventLoop, link: HostLink) -> None:
+        """The event loop and the host link are there: run what waited for them (from the loop's thread)."""
+        self._loop, self.link = loop, link
+        if self.workspace_dir is not None:
+            link.set_workspace(self.workspace_dir)
+        waiting, self._waiting = self._waiting, []
+        for work, key in waiting:
+            self._spawn(work, key)
 
     # Output
 
@@ -116,7 +158,7 @@ class McpServer:
                 if not message:
                     self.send(error_reply(None, INVALID_REQUEST, "Invalid Request: an empty batch"))
                 else:
-                    self._spawn(self._batch(message))
+                    self._spawn(lambda: self._batch(message))
                 return
             reply = self._handle(message)
             if isinstance(reply, dict):
@@ -159,7 +201,7 @@ class McpServer:
         if method == "tools/call":
             if batch:
                 return self._answer(msg_id, self._call(params), send=False)
-            self._spawn(self._answer(msg_id, self._call(params)), key=json.dumps(msg_id))
+            self._spawn(lambda: self._answer(msg_id, self._call(params)), key=json.dumps(msg_id))
             return None
         handler = self._handlers().get(method)
         if handler is None:
@@ -178,15 +220,19 @@ class McpServer:
         replies = []
         for message in messages:
             reply = self._handle(message, batch=True)
-            if asyncio.iscoroutine(reply):
+            if isinstance(reply, Coroutine):
                 reply = await reply
             if isinstance(reply, dict):
                 replies.append(reply)
         if replies:
             self.send(replies)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any], key: str | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
+    def _spawn(self, work: Work, key: str | None = None) -> None:
+        """Run ``work`` as a task held until done (under ``key``, a request's, to cancel it); before ``start``, then."""
+        if self._loop is None:
+            self._waiting.append((work, key))
+            return
+        task = self._loop.create_task(work())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if key is not None:
@@ -196,6 +242,8 @@ class McpServer:
     async def _answer(self, msg_id: Any, work: Coroutine[Any, Any, dict[str, Any]],
                       send: bool = True) -> dict[str, Any] | None:
         """Run a request; send (or, in a batch, return) its reply. A cancelled request is not answered."""
+        import asyncio  # loaded before start() ran this
+
         try:
             reply = {"jsonrpc": "2.0", "id": msg_id, "result": await work}
         except RequestError as error:
@@ -227,7 +275,7 @@ class McpServer:
         log.info("initialize from %s %s: protocol %s (asked %s), roots %s", self.client_info.get("name", "?"),
                  self.client_info.get("version", "?"), self.version, requested, self._has_roots())
         if not self._has_roots():
-            self.link.set_workspace(self.cwd)
+            self._set_workspace(self.cwd)
         server_info = {"name": "context-sidecar", "version": __version__}
         if self.version >= "2025-06-18":
             server_info["title"] = "context-sidecar memory"
@@ -246,6 +294,9 @@ class McpServer:
             if task is not None:
                 log.info("cancelling request %s: %s", key, params.get("reason") or "no reason given")
                 task.cancel()
+            if any(waiting_key == key for _, waiting_key in self._waiting):
+                log.info("cancelling request %s before it started", key)
+                self._waiting = [(work, waiting_key) for work, waiting_key in self._waiting if waiting_key != key]
         elif method == "notifications/roots/list_changed":
             self._ask_roots()
         else:
@@ -258,7 +309,7 @@ class McpServer:
         if not self._has_roots():
             return
         msg_id = next(self._ids)
-        request: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        request = RootsRequest()
         self._roots_request = request
         self._outgoing[msg_id] = lambda result, error: self._roots_answered(request, result, error)
         self.send({"jsonrpc": "2.0", "id": msg_id, "method": "roots/list"})
@@ -276,7 +327,7 @@ class McpServer:
         else:
             handler(message.get("result"), None)
 
-    def _roots_answered(self, request: asyncio.Future[None], result: Any, error: RequestError | None) -> None:
+    def _roots_answered(self, request: RootsRequest, result: Any, error: RequestError | None) -> None:
         if error is not None:
             log.warning("roots/list failed (%s); the workspace is the working directory %s", error, self.cwd)
             paths: list[str] = []
@@ -286,23 +337,31 @@ class McpServer:
                 log.warning("the client has no file:// root; the workspace is the working directory %s", self.cwd)
         if request is self._roots_request:  # not overtaken by a later roots/list
             self.roots = paths
-            self.link.set_workspace(paths[0] if paths else self.cwd)
-        if not request.done():
-            request.set_result(None)
+            self._set_workspace(paths[0] if paths else self.cwd)
+        request.settle()
+
+    def _set_workspace(self, path: str) -> None:
+        self.workspace_dir = path
+        if self.link is not None:
+            self.link.set_workspace(path)
 
     async def workspace(self) -> str:
         """The client's first root; the working directory without roots or an answer within ROOTS_WAIT (waited once)."""
+        import asyncio  # loaded before start() ran this
+
         if self.roots is None and self._roots_request is None and self._has_roots():
             self._ask_roots()  # a client that never said initialized
-        if self._roots_request is not None and not self._roots_request.done():
+        if self._roots_request is not None and not self._roots_request.settled:
             request = self._roots_request
-            await asyncio.wait({request}, timeout=ROOTS_WAIT)
-            if not request.done():  # settled: later calls do not wait again; a late answer still applies
+            if request.waiter is None:
+                request.waiter = asyncio.get_running_loop().create_future()
+            await asyncio.wait({request.waiter}, timeout=ROOTS_WAIT)
+            if not request.settled:  # settled: later calls do not wait again; a late answer still applies
                 log.warning("no answer to roots/list within %g s; the workspace is the working directory", ROOTS_WAIT)
                 if request is self._roots_request:
                     self.roots = []
-                    self.link.set_workspace(self.cwd)
-                request.set_result(None)
+                    self._set_workspace(self.cwd)
+                request.settle()
         return self.roots[0] if self.roots else self.cwd
 
     # Tools
@@ -325,6 +384,7 @@ class McpServer:
             raise RequestError(INVALID_PARAMS, "Invalid params: arguments must be an object")
         meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
         workspace = await self.workspace()
+        assert self.link is not None, "calls run from start() on"
         outcome = await self.link.call_tool(name, json.dumps(arguments, ensure_ascii=False), workspace,
                                             self.session_of(meta), short_id(meta.get("claudecode/toolUseId"))
                                             or short_id(meta.get("callId")))
@@ -355,8 +415,12 @@ class McpServer:
 
     async def close(self) -> None:
         """Cancel what runs, and let go of the host."""
+        import asyncio  # loaded before start() ran this
+
+        self._waiting.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.link.close()
+        if self.link is not None:
+            await self.link.close()

@@ -1,9 +1,14 @@
-"""``context-sidecar mcp`` as a process: stdin read in a thread, replies and log notifications on stdout, the host
-attached in the background, signals and the end of stdin ending it (exit code 0)."""
+"""``context-sidecar mcp`` as a process: stdin read in a thread, which answers what needs no event loop
+(initialize, tools/list) at once while the main thread imports the rest and starts the loop; replies on stdout;
+signals and the end of stdin end it (exit code 0).
+
+An agent in headless mode waits about a second for its MCP servers, on a machine that may be busy: so nothing the
+first answers do not need (asyncio, attrs, the host link and its client, the protocol's types) is imported before
+the stdin thread can answer them.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -11,83 +16,42 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
-from sidecar.config.database import PasswordMask
-from sidecar.mcp.host import HostLink, sidecar_command
+from sidecar.mcp.handoff import SIGNALS, Ending, Inbox
 from sidecar.mcp.server import MAX_LINE, McpServer
 
 log = logging.getLogger(__name__)
-
-
-class ClientLogHandler(logging.Handler):
-    """Our log records, to the client as notifications/message (from the loop's thread, never recursively)."""
-
-    def __init__(self, server: McpServer, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(logging.DEBUG)
-        self.server, self.loop = server, loop
-        self.thread = threading.get_ident()  # made on the loop's thread
-        self._busy = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.server.log_level is None or self._busy:
-            return
-        if threading.get_ident() != self.thread:
-            self.loop.call_soon_threadsafe(self.emit, record)
-            return
-        self._busy = True
-        try:
-            self.server.forward_log(record)
-        finally:
-            self._busy = False
 
 
 def run(db: str | None, settings: dict[str, Any] | None, log_file: str | None, verbose: int) -> int:
     """Serve MCP on stdin/stdout until stdin closes (or SIGTERM); logs never go to stdout."""
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
-    return asyncio.run(_serve(stdout, db, settings, log_file, verbose))
+    ending, inbox = Ending(), Inbox()
+    server = McpServer(_writer(stdout, ending), os.getcwd(), os.environ)
+    for signum in SIGNALS:  # until the loop runs: then its own handlers replace these
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, lambda number, frame: ending(signal.Signals(number).name))
+    threading.Thread(target=_read_stdin, args=(inbox, server, ending), name="mcp-stdin", daemon=True).start()
+    from sidecar.mcp import loop  # asyncio, the host link: loads while the stdin thread answers the first requests
+
+    return loop.serve(server, inbox, ending, db, settings, log_file, verbose)
 
 
-async def _serve(stdout: Any, db: str | None, settings: dict[str, Any] | None, log_file: str | None,
-                 verbose: int) -> int:
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[str] = loop.create_future()
-
-    def finish(why: str) -> None:
-        if not finished.done():
-            finished.set_result(why)
-
+def _writer(stdout: BinaryIO, ending: Ending) -> Callable[[bytes], None]:
     def write(data: bytes) -> None:
         try:
             stdout.write(data)
             stdout.flush()
         except (OSError, ValueError):
-            finish("stdout closed")
+            ending("stdout closed")
 
-    link = HostLink(sidecar_command(log_file, verbose), db, settings, log_file)
-    server = McpServer(write, link, os.getcwd(), os.environ)
-    threading.Thread(target=_read_stdin, args=(loop, server, finish), name="mcp-stdin", daemon=True).start()
-    link.start()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        with contextlib.suppress(ValueError, NotImplementedError):
-            loop.add_signal_handler(signum, finish, signal.Signals(signum).name)
-    handler = ClientLogHandler(server, loop)
-    handler.addFilter(PasswordMask())
-    logging.getLogger("sidecar").addHandler(handler)
-    try:
-        why = await finished
-        log.info("exiting: %s", why)
-        await asyncio.wait_for(server.close(), 5.0)
-    except TimeoutError:
-        log.warning("the host connection did not close within 5 s")
-    finally:
-        logging.getLogger("sidecar").removeHandler(handler)
-    return 0
+    return write
 
 
-def _read_stdin(loop: asyncio.AbstractEventLoop, server: McpServer, finish: Callable[[str], None]) -> None:
-    """Lines from stdin to the loop (a thread: stdin may be a pipe, a file or a terminal)."""
+def _read_stdin(inbox: Inbox, server: McpServer, ending: Ending) -> None:
+    """Lines from stdin to the session (a thread: stdin may be a pipe, a file or a terminal)."""
     stdin = sys.stdin.buffer
     try:
         while True:
@@ -97,11 +61,11 @@ def _read_stdin(loop: asyncio.AbstractEventLoop, server: McpServer, finish: Call
             if len(line) > MAX_LINE and not line.endswith(b"\n"):
                 while line and not line.endswith(b"\n"):
                     line = stdin.readline(MAX_LINE)
-                loop.call_soon_threadsafe(server.oversized)
+                inbox.deliver(server.oversized)
                 continue
-            loop.call_soon_threadsafe(server.receive, line)
+            inbox.deliver(server.receive, line)
     except (OSError, ValueError) as error:
         log.warning("reading stdin failed: %s", error)
     finally:
         with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(finish, "stdin closed")
+            inbox.deliver(ending, "stdin closed")
