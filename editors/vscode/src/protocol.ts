@@ -31,6 +31,7 @@ export const Methods = {
   CONTEXT_DID_COMPACT: 'context/didCompact',
   CONTEXT_DID_PRUNE: 'context/didPrune',
   CONTEXT_WILL_COMPACT: 'context/willCompact',
+  CONTEXT_SUMMARIZE: 'context/summarize',
 } as const;
 
 export const ErrorCodes = {

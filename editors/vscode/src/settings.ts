@@ -24,6 +24,7 @@ export const PROTOCOL_SETTING_KEYS = [
   'compaction.maxRounds',
   'compaction.hookTimeoutSeconds',
   'compaction.minSavings',
+  'compaction.summarizeAhead',
   'prune.enabled',
   'prune.protectTokens',
   'prune.minimumTokens',
