@@ -15,6 +15,9 @@ from sidecar import __version__
 from sidecar.config.settings import MIN_MEMORY_LIMIT, read_settings
 from tests.conftest import SERVER_COMMAND, call, ingest, running_sidecar, settings_for
 
+WAIT = 60.0
+"""Seconds a server process may take to start, answer and exit: a start imports pygls, 2 s of CPU on a busy machine."""
+
 
 async def test_initialize_result_shape(db_path):
     async with running_sidecar(initialize=False) as client:
@@ -56,8 +59,8 @@ async def test_request_after_shutdown_is_rejected(db_path):
         assert client._server.returncode == 0
 
 
-def _exchange(payload: bytes) -> tuple[int, bytes]:
-    proc = subprocess.run([*SERVER_COMMAND, "--db", ":memory:"], input=payload, capture_output=True, timeout=30)
+def _exchange(payload: bytes, db: str = ":memory:") -> tuple[int, bytes]:
+    proc = subprocess.run([*SERVER_COMMAND, "--db", db], input=payload, capture_output=True, timeout=WAIT)
     return proc.returncode, proc.stdout
 
 
@@ -76,10 +79,21 @@ def test_exit_code_is_0_after_shutdown_and_1_without():
     assert code == 1
 
 
+def test_a_client_gone_right_after_initialize_leaves_the_database_unopened(tmp_path):
+    """The store opens just after initialize's reply; an exit read with it (a script's burst) ends that plan."""
+    init = _frame('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}')
+    shutdown = _frame('{"jsonrpc":"2.0","id":2,"method":"shutdown"}')
+    exit_ = _frame('{"jsonrpc":"2.0","method":"exit"}')
+    db = tmp_path / "never.duckdb"
+    assert _exchange(init + exit_, str(db))[0] == 1
+    assert _exchange(init + shutdown + exit_, str(db))[0] == 0
+    assert not db.exists()
+
+
 def test_version_flag_and_help():
-    out = subprocess.run([*SERVER_COMMAND, "--version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([*SERVER_COMMAND, "--version"], capture_output=True, text=True, timeout=WAIT)
     assert out.stdout.strip() == f"context-sidecar {__version__}"
-    helped = subprocess.run([*SERVER_COMMAND, "--help"], capture_output=True, text=True, timeout=30)
+    helped = subprocess.run([*SERVER_COMMAND, "--help"], capture_output=True, text=True, timeout=WAIT)
     for flag in ("--db", "--log-file", "--stdio", "--clientProcessId", "demo"):
         assert flag in helped.stdout
 
@@ -91,7 +105,7 @@ def test_vscode_flags_are_accepted_and_logs_stay_off_stdout(tmp_path):
         [*SERVER_COMMAND, "--stdio", "--clientProcessId=1", "--db", ":memory:", "-vv", "--log-file", str(log_file)],
         input=init + _frame('{"jsonrpc":"2.0","id":2,"method":"shutdown"}')
         + _frame('{"jsonrpc":"2.0","method":"exit"}'),
-        capture_output=True, timeout=30)
+        capture_output=True, timeout=WAIT)
     assert proc.returncode == 0
     assert proc.stdout.startswith(b"Content-Length: ")
     assert b"initialized with storage" in log_file.read_bytes()
@@ -195,5 +209,5 @@ async def test_set_trace_is_accepted(sidecar):
 
 def test_python_dash_m_and_console_script_agree():
     module = subprocess.run([sys.executable, "-m", "sidecar", "--version"], capture_output=True, text=True,
-                            timeout=30)
+                            timeout=WAIT)
     assert module.returncode == 0 and __version__ in module.stdout

@@ -392,15 +392,7 @@ class Host:
         running = server.protocol.handling()
         if abandoned or running:
             log.info("client gone with %d requests running and %d of ours unanswered", len(running), abandoned)
-        if running:
-            _, late = await asyncio.wait(running, timeout=FINISH_SECONDS)
-            for future in late:
-                future.cancel()
-            if late:
-                log.warning("cancelled %d requests of a client that is gone after %.0f s", len(late), FINISH_SECONDS)
-                await asyncio.wait(late)
-        for _ in range(2):
-            await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
+        await server.finish_requests(FINISH_SECONDS)
 
     def changed_elsewhere(self, session_id: str | None) -> None:
         """Another host changed a session (None: any may have changed): its followers here get its usage."""

@@ -36,6 +36,9 @@ STALL_SECONDS = 0.5
 """How long a partial body may wait for its remaining bytes before it is judged as sent."""
 CHECKPOINT_DELAY = 5.0
 """Seconds without requests before the WAL is checkpointed and DuckDB's page cache trimmed."""
+SHUTDOWN_SECONDS = 30.0
+"""How long the requests running at ``exit`` after ``shutdown`` (``shutdown`` itself) may take before they are
+cancelled: one read can hold both, and shutdown's reply and cleanup come before the process ends."""
 
 
 def _check_unicode(params: Any) -> None:
@@ -108,6 +111,8 @@ class SidecarServer(LanguageServer):
         self.methods: dict[str, Method[Any]] = {}
         """The protocol's methods this server answers besides LSP's own, by name (see ``serve_methods``)."""
         self._exit_code: int | None = None
+        self.ended = False
+        """The connection ended (``exit``, or its input closed): nothing is started for it any more."""
         self.hub: Any = None
         """The host serving this connection among others (sidecar.rpc.host.Host), or None in a process of its own."""
         self.peer_cwd: str | None = None
@@ -259,7 +264,25 @@ class SidecarServer(LanguageServer):
 
         ``early`` carries what was read (and perhaps answered) before the server existed.
         """
-        return await self.serve_fd(stdin.fileno(), StdoutWriter(stdout), early)
+        code = await self.serve_fd(stdin.fileno(), StdoutWriter(stdout), early)
+        if self.shutdown_requested:
+            await self.finish_requests(SHUTDOWN_SECONDS)
+        self.sidecar.close()
+        return code
+
+    async def finish_requests(self, timeout: float) -> None:
+        """Let the client's requests still running end and their replies go out; those left after ``timeout``
+        seconds are cancelled."""
+        running = self.protocol.handling()
+        if running:
+            _, late = await asyncio.wait(running, timeout=timeout)
+            for future in late:
+                future.cancel()
+            if late:
+                log.warning("cancelled %d requests of a client that is gone after %.0f s", len(late), timeout)
+                await asyncio.wait(late)
+        for _ in range(2):
+            await asyncio.sleep(0)  # replies go out from the futures' done-callbacks
 
     async def serve_fd(self, fd: int, writer: Any, early: EarlyStart | None = None) -> int:
         """``serve`` on a readable descriptor (stdin, or a host's connection) and a pygls writer."""
@@ -291,7 +314,7 @@ class SidecarServer(LanguageServer):
             await asyncio.sleep(0)
         if watching:
             loop.remove_reader(fd)
-        self.sidecar.close()
+        self.ended = True
         return self._exit_code if self._exit_code is not None else (0 if self.shutdown_requested else 1)
 
     def _frame(self, reader: FrameReader, frame: Frame) -> None:

@@ -82,6 +82,8 @@ OPEN_DELAY = 0.05
 
 def open_store(ls: SidecarServer) -> None:
     """Open the store now (merging a workspace's file of earlier versions); a lock held elsewhere is shown."""
+    if ls.shutdown_requested or ls.ended:  # exit can come in the same read as initialize: the store stays shut
+        return
     try:
         ls.sidecar.store()
     except SidecarError as error:
