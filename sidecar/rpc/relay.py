@@ -33,8 +33,9 @@ from sidecar.rpc import handshake
 log = logging.getLogger(__name__)
 
 HOST_LOST = codes.HOST_CONNECTION_LOST
-HANDSHAKE_WAIT = 2.0
-"""Seconds a relay waits for a host's handshake before it judges that the socket is not a host."""
+HANDSHAKE_WAIT = 10.0
+"""Seconds a relay waits for a host's handshake before it judges that the socket is not a host. A host answers from
+its event loop, which a busy machine can hold for seconds (2 s turned busy hosts away as no hosts)."""
 HOST_START_WAIT = 60.0
 """Seconds a relay waits for a host it started to open the database (a long WAL may be replayed)."""
 RECONNECT_WAIT = 30.0
