@@ -18,7 +18,7 @@ import pytest
 from sidecar.proxy.conversation import Conversation
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction
+from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction, until_dead
 
 
 def user(text: str) -> dict[str, str]:
@@ -221,6 +221,9 @@ async def test_the_sidecar_process_is_out_of_the_terminal_s_reach_and_replaced_w
             [sidecar_pid] = children(proxy.process.pid)
             own_session = os.getsid(sidecar_pid) != os.getsid(proxy.process.pid)  # Ctrl-C's group is not its
             os.kill(sidecar_pid, signal.SIGKILL)
+            # Dead, its pipes closed, before the next request: else that request may reach the process still dying,
+            # its messages sent behind the answer (sidecar.proxy.ahead) and lost with it until the request after.
+            await until_dead(sidecar_pid)
             history += [{"role": "assistant", "content": "ok"}, user("<<second>>")]
             await client.messages.create(model="m", max_tokens=5, messages=history, extra_headers=headers)
             async with reader(proxy.db) as sidecar:

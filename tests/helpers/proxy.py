@@ -87,6 +87,20 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
+async def until_dead(pid: int) -> None:
+    """Wait until a process killed a moment ago has exited (a zombie, or reaped): a signal is delivered when the
+    process next runs, which a busy machine can put off past the next request."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            if state in ("Z", "X"):
+                return
+            await asyncio.sleep(0.02)
+
+
 @contextlib.asynccontextmanager
 async def reader(db: Path | str) -> AsyncIterator[SidecarClient]:
     """A client on the proxy's database (through its shared host), to see what was stored."""
