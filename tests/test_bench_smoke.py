@@ -45,10 +45,11 @@ RETENTION = [f"retention_{variant}_{what}" for variant in ("det", "llm") for wha
 
 
 @pytest.mark.skipif(not PI_SESSION.exists(), reason="shared/data is not beside the project")
+@pytest.mark.timeout(900)  # every section once: about 2 min alone, over 5 on a busy 2-core machine
 def test_tiny_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(BENCH), "--tiny", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     figures = result["figures"]

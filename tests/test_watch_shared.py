@@ -45,6 +45,28 @@ async def test_connections_share_the_followers_and_the_last_to_leave_stops_them(
     await until_logged(log, f"no longer watching {os.path.realpath(agents.workspace)}")
 
 
+async def test_a_connection_joining_a_watch_is_told_of_the_files_there_now(tmp_path: Path, runtime: Path) -> None:
+    """A watch another connection started looks again for whoever asks: a file made since its last look is listed."""
+    db = tmp_path / "memory.duckdb"
+    agents = Agents(tmp_path)
+    agents.claude("cc-earlier").user("an earlier session")
+    editor = await spawn(db, runtime)
+    mcp = await spawn(db, runtime)
+    try:
+        first = await editor.watch(str(agents.workspace), env=agents.env)
+        assert [t.session_id or Path(t.path).stem for t in first.transcripts] == ["cc-earlier"]
+        agents.claude("cc-new").user("a session begun after the editor's watch looked")  # within its SCAN_SECONDS
+        joined = await mcp.watch(str(agents.workspace), env=agents.env)
+        assert joined.connections == 2, "the editor's watch, joined"
+        assert sorted(Path(t.path).stem for t in joined.transcripts) == ["cc-earlier", "cc-new"]
+        agents.claude("cc-newer").user("and one more")
+        again = await editor.watch(str(agents.workspace), env=agents.env)
+        assert sorted(Path(t.path).stem for t in again.transcripts) == ["cc-earlier", "cc-new", "cc-newer"]
+    finally:
+        await mcp.close()
+        await editor.close()
+
+
 async def test_the_relay_watches_again_on_a_new_host(tmp_path: Path, runtime: Path) -> None:
     db = tmp_path / "memory.duckdb"
     agents = Agents(tmp_path)

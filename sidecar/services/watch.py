@@ -55,6 +55,8 @@ class Watch:
     next_scan: float = 0.0
     ends_at: float | None = None
     """When the last connection left: the time it ends (LINGER_SECONDS later) unless another one asks."""
+    scanning: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    """Held while the directories are listed: one look at a time (the scanner's caches are not shared safely)."""
 
 
 class WatchService:
@@ -100,16 +102,20 @@ class WatchService:
         created = watch is None
         if watch is None:
             watch = self.watches[key] = Watch(key, Scanner(workspace, list(found)))
+        asked_before = owner in watch.owners
         watch.owners.add(owner)  # before the scan: a watch is never without the connections it is for
         watch.ends_at = None
         self.by_owner.setdefault(owner, {})[workspace] = key
-        if created:
-            try:
-                await self._scan(watch)
-            except BaseException:  # cancelled (or failed) while listing: the request did not happen
+        # A watch that was going already is looked at again too: the answer names the files there now, not those of
+        # the last look (up to SCAN_SECONDS old), whoever asked first.
+        try:
+            await self._scan(watch)
+        except BaseException:  # cancelled (or failed) while listing: the request did not happen
+            if not asked_before:
                 self._release(owner, workspace)
-                self._start()  # which ends the watch once it lingered, unless another connection asked meanwhile
-                raise
+            self._start()  # which ends the watch once it lingered, unless another connection asked meanwhile
+            raise
+        if created:
             log.info("watching %s: %d transcripts in %d directories", workspace, len(watch.files), len(found))
         self._start()
         return self.result(watch)
@@ -226,8 +232,9 @@ class WatchService:
 
     async def _scan(self, watch: Watch) -> None:
         """List the watch's directories again (in a thread: a first look reads each rollout's first line)."""
-        watch.next_scan = time.monotonic() + SCAN_SECONDS
-        files = await asyncio.to_thread(watch.scanner.scan)
+        async with watch.scanning:  # a request's look and the loop's share the scanner; the later one's files count
+            watch.next_scan = time.monotonic() + SCAN_SECONDS
+            files = await asyncio.to_thread(watch.scanner.scan)
         if self.watches.get(watch.key) is not watch:
             return  # released while the directories were listed
         for path in set(watch.files) - set(files):

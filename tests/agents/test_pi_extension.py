@@ -140,19 +140,21 @@ def reading(request: RecordedRequest) -> Reply:
 
 
 def reading_session(agent_world: AgentWorld, rpc: PiRpc, turns: int) -> list[RecordedRequest]:
-    """``turns`` prompts, each reading a file of about 1,200 tokens; the first states a standing rule."""
+    """``turns`` prompts, each reading a file of about 1,200 tokens; the first states a standing rule. pi's requests."""
     notes = agent_world.workspace / "notes"
     notes.mkdir(exist_ok=True)
     agent_world.provider.responder = reading
     for turn in range(turns):
         (notes / f"f{turn}.txt").write_text(f"file {turn}\n" + f"line of file {turn}: x = {turn}\n" * 200)
         rpc.prompt(("" if turn else RULE + " ") + f"Turn {turn}: read notes/f{turn}.txt and tell me what it holds.")
-    return agent_world.provider.model_requests
+    return pi_requests(agent_world)
 
 
-def after_compaction(requests: list[RecordedRequest], window: int) -> list[RecordedRequest]:
-    """The requests from the first that carries a summary on, each checked: the summary and the standing rule are
-    there, the conversation does not open with an assistant message cut from its turn, and it fits the window."""
+def after_compaction(agent_world: AgentWorld, window: int) -> list[RecordedRequest]:
+    """pi's requests from the first that carries a summary on, each checked: the summary and the standing rule are
+    there, the conversation does not open with an assistant message cut from its turn; and every request to the
+    model (the sidecar's summary calls, which run on it too, as well) fits the window."""
+    requests = pi_requests(agent_world)
     first = next((i for i, r in enumerate(requests) if any(t.startswith(SUMMARY_TAG) for t in user_texts(r))), None)
     assert first is not None, "the sidecar compacted and its summary reached the provider"
     later = requests[first:]
@@ -162,7 +164,9 @@ def after_compaction(requests: list[RecordedRequest], window: int) -> list[Recor
     assert ruleless == [], f"{len(ruleless)} of {len(later)} requests lack the rule stated in the first turn"
     opening = [next(m["role"] for m in r.body["messages"] if m["role"] != "system") for r in later]
     assert set(opening) == {"user"}, opening
-    sizes = [prompt_tokens(r) for r in requests]
+    summary_calls = len(agent_world.provider.model_requests) - len(requests)
+    assert summary_calls > 0, "the sidecar's summaries were written by pi's model"
+    sizes = [prompt_tokens(r) for r in agent_world.provider.model_requests]
     assert max(sizes) <= window, sizes
     return later
 
@@ -174,7 +178,7 @@ def test_every_request_after_the_first_compaction_carries_the_summary_and_the_ru
     configure(pi, window=window, reserve=4096)
     with with_extension(pi) as rpc:
         requests = reading_session(agent_world, rpc, 30)
-        later = after_compaction(requests, window)
+        later = after_compaction(agent_world, window)
     assert len(later) >= 20, "most of the session came after the first compaction"
     assert agent_world.provider.rejected == []
     assert not any(e.get("type") == "compaction_start" for e in rpc.events), "pi never compacted itself"
@@ -189,7 +193,7 @@ def test_pi_with_its_default_settings_on_a_16k_model_works_and_says_once_which_s
     configure(pi, window=window, reserve=None)
     with with_extension(pi) as rpc:
         requests = reading_session(agent_world, rpc, 24)
-        after_compaction(requests, window)
+        after_compaction(agent_world, window)
     assert agent_world.provider.rejected == []
     assert not any(PI_SUMMARIZER in json.dumps(r.body["messages"][:1]) for r in requests), "pi's summarizer unused"
     assert all("memory_grep" in {t.name for t in r.tools} for r in requests), "the extension never stepped aside"
