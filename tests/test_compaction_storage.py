@@ -123,3 +123,25 @@ def test_the_context_from_the_tail_cache_is_the_context_in_the_database(tmp_path
     assert cached == store.context(sidecar.session("s"))
     assert [i.position for i in cached] == sorted(i.position for i in cached)
     assert len(cached) == sidecar.session("s").context_count
+
+
+def test_a_compacted_context_is_read_whole_after_more_messages_arrive(store_target):
+    # A team database once stored no first position for a context that was all live messages when compacted: once
+    # the next message arrived, reads began at it, and the summary and the kept tail dropped out of every later
+    # compaction and prompt.
+    sidecar = make_sidecar(store_target, freshTail=6)
+    session = coding_session(300)
+    add(sidecar, session[:200])
+    assert asyncio.run(Compaction(sidecar, "s", "incremental", None, DeterministicSummarizer()).run()).compacted
+    compacted = [(i.kind, i.ref_id) for i in sidecar.store().context(fresh_session(sidecar))]
+    assert ("summary" in {kind for kind, _ in compacted}) and len(compacted) < 200
+    add(sidecar, session[200:])
+    stored = fresh_session(sidecar)
+    context = sidecar.store().context(stored)
+    assert [(i.kind, i.ref_id) for i in context] == compacted + [("message", m["id"]) for m in session[200:]]
+    assert len(context) == stored.context_count
+    again = asyncio.run(Compaction(sidecar, "s", "full", None, DeterministicSummarizer()).run())
+    assert again.compacted
+    kept = {i.ref_id for i in sidecar.store().context(fresh_session(sidecar)) if i.kind == "message"}
+    older = {i.ref_id for i in context[:len(compacted)] if i.kind == "message" and i.role != "system"}
+    assert older and not kept & older, "the tail the first compaction kept is compacted by the full one"

@@ -76,13 +76,15 @@ async def agent(client: anthropic.AsyncAnthropic, turns: int, session: str) -> l
     return messages
 
 
-async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_once(tmp_path: Path) -> None:
+async def test_a_long_session_fits_the_window_keeps_its_prefix_and_is_stored_once(tmp_path: Path, runtime: Path,
+                                                                                  store_target: str) -> None:
+    env = {"XDG_RUNTIME_DIR": str(runtime)}  # a DuckDB file, then a team database as the member ALICE
     with FakeProvider(responder=respond, context_window=WINDOW) as fake:
-        async with running_proxy(tmp_path, fake.url, SETTINGS) as proxy:
+        async with running_proxy(tmp_path, fake.url, SETTINGS, env=env, db=store_target) as proxy:
             client = anthropic.AsyncAnthropic(api_key="sk-test-key", base_url=proxy.url, max_retries=0)
             history = await agent(client, 14, "long")
             stats = httpx2.get(f"{proxy.url}/stats", timeout=WAIT).json()
-            async with reader(proxy.db) as sidecar:
+            async with reader(proxy.db, env) as sidecar:
                 stored = {}
                 for token in re.findall(r"<<[uta][\d.]+>>", json.dumps(history)):
                     found = await sidecar.grep("long", token, scope="messages", case_sensitive=True)

@@ -73,9 +73,10 @@ class HeldSummary:
 
 
 @contextlib.asynccontextmanager
-async def proxy(tmp_path: Path, runtime: Path, upstream: str, *args: str,
-                settings: dict[str, Any] | None = None) -> AsyncIterator[tuple[str, Path, Path]]:
-    db, log = tmp_path / "proxy.duckdb", tmp_path / "proxy.log"
+async def proxy(tmp_path: Path, runtime: Path, upstream: str, *args: str, settings: dict[str, Any] | None = None,
+                db: str | None = None) -> AsyncIterator[tuple[str, str, Path]]:
+    """The proxy on ``db`` (default a fresh DuckDB file); its URL, database and log."""
+    db, log = db or str(tmp_path / "proxy.duckdb"), tmp_path / "proxy.log"
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(settings or SETTINGS))
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "XDG_RUNTIME_DIR": str(runtime)}
@@ -136,13 +137,16 @@ def landed(key: str, *places: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("api", ["anthropic", "responses", "chat"])
+@pytest.mark.parametrize(("api", "store_target"), [
+    ("anthropic", "duckdb"), ("responses", "duckdb"), ("chat", "duckdb"),
+    ("anthropic", "postgresql"),  # a team database as the member ALICE: the summary written back through RLS
+], indirect=["store_target"])
 async def test_summaries_are_written_by_the_agents_model_with_its_latest_key(tmp_path: Path, runtime: Path,
-                                                                             api: str) -> None:
+                                                                             api: str, store_target: str) -> None:
     held = HeldSummary()
     session = f"s-{api}"
     with FakeProvider(responder=held) as fake:
-        async with proxy(tmp_path, runtime, fake.url) as (url, db, log):
+        async with proxy(tmp_path, runtime, fake.url, db=store_target) as (url, db, _):
             agent = Agent(api, url, session)
             for number in range(40):
                 agent.key = KEYS[(number // 3) % 2]  # the key changes every three turns
@@ -151,7 +155,7 @@ async def test_summaries_are_written_by_the_agents_model_with_its_latest_key(tmp
                                                 if not is_summary_call(r)):
                     break
             entry = stats_of(url, session)
-            sidecar = await SidecarClient.spawn(db=str(db), env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
+            sidecar = await SidecarClient.spawn(db=db, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
             try:
                 for key in KEYS:
                     assert not (await sidecar.grep(session, key, scope="both")).matches
@@ -175,8 +179,8 @@ async def test_summaries_are_written_by_the_agents_model_with_its_latest_key(tmp
     assert entry["summaries"]["writtenBy"].get("client", 0) >= 1
     assert entry["summaries"]["calls"] == len(summaries) and entry["summaries"]["inputTokens"] > 0
     assert entry["summaries"]["model"] == call.body["model"]
-    for key in KEYS:
-        assert landed(key, db, log, runtime, tmp_path / "settings.json") == []
+    for key in KEYS:  # the files here (the team database was grepped above)
+        assert landed(key, tmp_path, runtime) == []
 
 
 async def test_the_summary_model_option_picks_another_model(tmp_path: Path, runtime: Path) -> None:

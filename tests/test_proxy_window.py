@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply, ToolCall
-from tests.helpers.proxy import running_proxy
+from tests.helpers.proxy import agent_requests, running_proxy
 
 RULE = "Never edit the generated files under build/ by hand."
 SUMMARY_TAG = '<summary id="sum_'
@@ -93,18 +93,22 @@ def opens_a_turn(message: dict[str, Any]) -> bool:
     return message["role"] == "user" and any(text for text in texts(message))
 
 
-@pytest.mark.parametrize(("api", "window", "step"), [
-    ("chat", 16_384, 1_200), ("chat", 32_768, 1_200), ("chat", 32_768, 32_768 // 3),
-    ("anthropic", 16_384, 1_200), ("anthropic", 49_152, 49_152 // 3),
-])
-async def test_every_forwarded_request_fits_and_carries_the_summary_and_the_rules(tmp_path: Path, api: str,
-                                                                                  window: int, step: int) -> None:
+@pytest.mark.parametrize(("api", "window", "step", "store_target"), [
+    ("chat", 16_384, 1_200, "duckdb"), ("chat", 32_768, 1_200, "duckdb"), ("chat", 32_768, 32_768 // 3, "duckdb"),
+    ("anthropic", 16_384, 1_200, "duckdb"), ("anthropic", 49_152, 49_152 // 3, "duckdb"),
+    # On a team database as the member ALICE (row-level security in every read and write): the small window
+    # with many compactions, and the big steps that need a full compaction before a request can go.
+    ("chat", 16_384, 1_200, "postgresql"), ("anthropic", 49_152, 49_152 // 3, "postgresql"),
+], indirect=["store_target"])
+async def test_every_forwarded_request_fits_and_carries_the_summary_and_the_rules(
+        tmp_path: Path, runtime: Path, api: str, window: int, step: int, store_target: str) -> None:
     turns = max(12, 3 * window // step // 2)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
     with FakeProvider(responder=respond, context_window=window) as fake:
-        async with running_proxy(tmp_path, fake.url, {"contextWindow": window}) as proxy, \
+        async with running_proxy(tmp_path, fake.url, {"contextWindow": window}, env=env, db=store_target) as proxy, \
                 httpx2.AsyncClient(base_url=proxy.url, timeout=120) as client:
             await (chat_session if api == "chat" else anthropic_session)(client, turns, step)
-    requests = fake.model_requests
+    requests = agent_requests(fake)  # not the summary calls the proxy made on the agent's model (#26)
     assert fake.rejected == [] and len(requests) >= 2 * turns, "every request was answered: none over the window"
     first = next((i for i, r in enumerate(requests) if has_summary(r.body)), None)
     assert first is not None and first < len(requests) - turns // 2, "the session compacted early enough to tell"

@@ -102,9 +102,10 @@ async def until_dead(pid: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def reader(db: Path | str) -> AsyncIterator[SidecarClient]:
-    """A client on the proxy's database (through its shared host), to see what was stored."""
-    client = await SidecarClient.spawn(db=str(db))
+async def reader(db: Path | str, env: dict[str, str] | None = None) -> AsyncIterator[SidecarClient]:
+    """A client on the proxy's database (through its shared host; ``env``: the proxy's extra environment, such as
+    its XDG_RUNTIME_DIR), to see what was stored."""
+    client = await SidecarClient.spawn(db=str(db), env={**os.environ, **env} if env else None)
     try:
         yield client
     finally:

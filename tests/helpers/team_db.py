@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,19 +50,28 @@ class TeamServer:
 
     def setup(self) -> None:
         """The roles, and the template database migrated by its owner with ALICE granted PROJECT."""
-        import psycopg
+        self.roles()
+        with self.admin() as db:  # type: ignore[attr-defined]
+            db.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+            db.execute(f"CREATE DATABASE {TEMPLATE} OWNER {OWNER}")
+        self.migrate(TEMPLATE)
 
-        from sidecar.storage.postgres import team
-        from sidecar.storage.postgres.migrations import migrate
-
+    def roles(self) -> None:
+        """The test roles, made when missing."""
         with self.admin() as db:  # type: ignore[attr-defined]
             for role in (OWNER, ALICE, BOB, CAROL, postgres.PASSWORD_ROLE):
                 if not db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchall():
                     db.execute(f"CREATE ROLE {role} LOGIN")
             db.execute(f"ALTER ROLE {postgres.PASSWORD_ROLE} PASSWORD 'right-password'")
-            db.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
-            db.execute(f"CREATE DATABASE {TEMPLATE} OWNER {OWNER}")
-        with psycopg.connect(self.url(OWNER, TEMPLATE), autocommit=True) as db:
+
+    def migrate(self, database: str) -> None:
+        """``database`` migrated by its owner, with ALICE granted PROJECT."""
+        import psycopg
+
+        from sidecar.storage.postgres import team
+        from sidecar.storage.postgres.migrations import migrate
+
+        with psycopg.connect(self.url(OWNER, database), autocommit=True) as db:
             migrate(db)
             team.grant(db, ALICE, PROJECT)
 
@@ -70,6 +80,15 @@ class TeamServer:
         name = f"cs_test_{os.getpid()}_{next(_numbers)}"
         with self.admin() as db:  # type: ignore[attr-defined]
             db.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE} OWNER {OWNER}")
+        return name
+
+    def standalone_database(self) -> str:
+        """A new migrated database made without the template (which only a pytest session's setup makes); its name."""
+        self.roles()
+        name = f"cs_standalone_{os.getpid()}_{next(_numbers)}"
+        with self.admin() as db:  # type: ignore[attr-defined]
+            db.execute(f"CREATE DATABASE {name} OWNER {OWNER}")
+        self.migrate(name)
         return name
 
     def empty_database(self) -> str:
@@ -141,3 +160,29 @@ def stopped(server: TeamServer) -> contextlib.AbstractContextManager[None]:
             postgres.restart(directory)
 
     return outage()
+
+
+def main(argv: list[str]) -> int:
+    """``create``: print the URL, as ALICE, of a fresh team database on CONTEXT_SIDECAR_TEST_PG's server;
+    ``drop URL``: drop it. For suites outside pytest (the editor plugins'); exit 2 when no server is named."""
+    given = os.environ.get("CONTEXT_SIDECAR_TEST_PG")
+    if not given:
+        print("CONTEXT_SIDECAR_TEST_PG is unset: no PostgreSQL server to make a team database on", file=sys.stderr)
+        return 2
+    server = TeamServer(given, None)
+    if argv == ["create"]:
+        print(server.url(ALICE, server.standalone_database()))
+        return 0
+    if len(argv) == 2 and argv[0] == "drop":
+        name = urlsplit(argv[1]).path.lstrip("/")
+        if not name.startswith("cs_standalone_"):
+            print(f"{name} is not a database `create` made: not dropped", file=sys.stderr)
+            return 1
+        server.drop(name)
+        return 0
+    print("usage: python -m tests.helpers.team_db create | drop URL", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -17,9 +17,19 @@ function M.skip(reason)
   error(setmetatable({ reason = reason }, Skip), 0)
 end
 
+---When set, only the tests declared with `core()` run; the others are reported skipped with this reason.
+---@type string|nil
+M.only_core = nil
+
 ---@param name string
 ---@param fn fun()
-function M.test(name, fn)
+---@param core boolean|nil
+function M.test(name, fn, core)
+  if M.only_core and not core then
+    M.skipped = M.skipped + 1
+    out('ok - ' .. name .. ' # SKIP ' .. M.only_core)
+    return
+  end
   local ok, err = xpcall(fn, function(e)
     if getmetatable(e) == Skip then
       return e
@@ -39,6 +49,14 @@ function M.test(name, fn)
       out('  # ' .. line)
     end
   end
+end
+
+---A test of the core path (start, ingest, statusline, sessions, compaction, stop), which also runs on a team
+---database.
+---@param name string
+---@param fn fun()
+function M.core(name, fn)
+  M.test(name, fn, true)
 end
 
 ---@param cond any

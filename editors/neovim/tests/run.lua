@@ -40,7 +40,15 @@ local command = vim.split(vim.trim(os.getenv('CONTEXT_SIDECAR_COMMAND') or ''), 
 if #command == 0 then
   command = { 'context-sidecar' }
 end
-local cmd = vim.list_extend(vim.deepcopy(command), { '--db', db_dir .. '/memory.duckdb' })
+-- CONTEXT_SIDECAR_NVIM_DB (editors/run-tests.sh sets it to a fresh team database's URL): the core tests on that
+-- database instead of a DuckDB file of their own.
+local team_db = os.getenv('CONTEXT_SIDECAR_NVIM_DB')
+local db = db_dir .. '/memory.duckdb'
+if team_db and team_db ~= '' then
+  db = team_db
+  t.only_core = 'not in the core run on a team database'
+end
+local cmd = vim.list_extend(vim.deepcopy(command), { '--db', db })
 
 local SETTINGS = {
   contextWindow = 4000,
@@ -113,7 +121,7 @@ local function server_pids()
     if file then
       file:close()
     end
-    if cmdline:find(db_dir, 1, true) then
+    if cmdline:find(db, 1, true) then
       table.insert(pids, pid)
     end
   end
@@ -179,7 +187,7 @@ local function start_agent(workspace)
   end
   local agent = { answers = {}, ready = false, exited = nil, stderr = {} }
   local partial = ''
-  local argv = vim.list_extend({ python, here .. '/agent.py', db_dir .. '/memory.duckdb' }, vim.deepcopy(command))
+  local argv = vim.list_extend({ python, here .. '/agent.py', db }, vim.deepcopy(command))
   agent.job = vim.fn.jobstart(argv, {
     cwd = workspace,
     on_stdout = function(_, data)
@@ -297,19 +305,20 @@ local function main()
     vim.fn.delete(dir, 'rf')
   end)
 
-  t.test('setup() starts the sidecar and initializes', function()
+  t.core('setup() starts the sidecar and initializes', function()
     sidecar.setup({ cmd = cmd, settings = SETTINGS })
     t.wait_for('initialize', function()
       return status.running
     end)
     local caps = sidecar.server_capabilities
     t.eq(caps.protocolVersion, 1)
+    t.eq(caps.storage, db, 'the storage the server opened')
     t.ok(vim.tbl_contains(caps.methods, 'memory/ingest'), vim.inspect(caps.methods))
     t.eq(sidecar.statusline(), 'ctx –')
     t.eq(vim.lsp.get_buffers_by_client_id(sidecar.client().id), {}, 'buffers the sidecar is attached to')
   end)
 
-  t.test(':checkhealth context_sidecar finds the server, its version and a running client', function()
+  t.core(':checkhealth context_sidecar finds the server, its version and a running client', function()
     local report = checkhealth()
     local text = vim.inspect(report)
     local errors = vim.tbl_filter(function(r)
@@ -349,7 +358,7 @@ local function main()
     end)
   end)
 
-  t.test('statusline moves through ok, suggest, compact and overflow', function()
+  t.core('statusline moves through ok, suggest, compact and overflow', function()
     local steps = {
       { 1000, '^ctx 2%d%%$' },
       { 1900, '^ctx 7%d%% suggest: :ContextCompact to free up context$' },
@@ -367,7 +376,7 @@ local function main()
     t.eq(sidecar.usage().state, 'overflow')
   end)
 
-  t.test(':ContextSession pins a session; without one the latest is followed', function()
+  t.core(':ContextSession pins a session; without one the latest is followed', function()
     vim.cmd('ContextSession pinned')
     t.wait_for('the pinned session', function()
       return status.selected == 'pinned'
@@ -409,7 +418,7 @@ local function main()
     t.eq(complaints, {}, 'the server complained about settings')
   end)
 
-  t.test(':ContextSessions lists sessions in a read-only buffer', function()
+  t.core(':ContextSessions lists sessions in a read-only buffer', function()
     vim.cmd('ContextSessions')
     t.wait_for('the sessions buffer', function()
       return vim.fn.bufnr('context-sidecar://sessions') ~= -1
@@ -452,7 +461,7 @@ local function main()
     t.eq(vim.bo[bufnr].readonly, true)
   end)
 
-  t.test(':ContextCompact compacts with $/progress and updates the statusline', function()
+  t.core(':ContextCompact compacts with $/progress and updates the statusline', function()
     if not serves_compact() then
       t.skip('the server does not answer context/compact yet')
     end
@@ -544,7 +553,7 @@ local function main()
     end)
   end)
 
-  t.test('the statusline follows an agent\'s session of the workspace, live, and :ContextCompact compacts it', function()
+  t.core('the statusline follows an agent\'s session of the workspace, live, and :ContextCompact compacts it', function()
     if not serves_compact() then
       t.skip('the server does not answer context/compact yet')
     end
@@ -784,7 +793,7 @@ local function main()
     t.eq(status.running, false)
   end)
 
-  t.test(':ContextRestart starts it again and :ContextStop shuts it down cleanly', function()
+  t.core(':ContextRestart starts it again and :ContextStop shuts it down cleanly', function()
     vim.cmd('ContextRestart')
     t.wait_for('the restarted server', function()
       return status.running and sidecar.client() ~= nil
@@ -807,7 +816,7 @@ end
 sidecar.stop()
 vim.fn.delete(db_dir, 'rf')
 
-t.test('no deprecated Neovim API was called or reported', function()
+t.core('no deprecated Neovim API was called or reported', function()
   t.eq(deprecations, {})
   local reported = vim.tbl_filter(function(n)
     return n.message:lower():find('deprecat') ~= nil

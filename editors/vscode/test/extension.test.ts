@@ -58,7 +58,8 @@ describe('the bundled extension in a stand-in VS Code', () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'ctx-sidecar-extension-'));
-    db = join(dir, 'memory.duckdb');
+    // CONTEXT_SIDECAR_VSCODE_DB (editors/run-tests.sh: a fresh team database's URL): these tests on that database.
+    db = process.env.CONTEXT_SIDECAR_VSCODE_DB || join(dir, 'memory.duckdb');
     exits = join(dir, 'exits');
     // Records each server's exit code, which vscode-languageclient does not expose.
     const wrapper = join(dir, 'sidecar.sh');
@@ -94,6 +95,7 @@ describe('the bundled extension in a stand-in VS Code', () => {
     assert.equal(vscode.statusItems.length, 1);
     assert.equal(status().visible, true);
     assert.equal(status().text, '$(pulse) ctx –');
+    assert.equal(serverPids(db).length, 1, `one server on ${db}`);
     for (const id of ['compact', 'showUsage', 'listSessions', 'expandSummary', 'selectSession', 'restart']) {
       assert.ok(vscode.commands.has(`contextSidecar.${id}`), id);
     }

@@ -202,17 +202,19 @@ class PgLineage:
             if text is not agent.text:
                 db.execute("INSERT INTO private_values (session_id, kind, ref_id, value) VALUES (%s, 'compaction', "
                            "%s, %s)", [session_id, agent.summary_id, json.dumps({"text": agent.text})])
-        # The stored row counts the context up to live_after: the live messages just written as items join it.
+        # The stored row counts the context up to live_after: the live messages just written as items join it, and
+        # its first position with them (a context that was all live had none stored; reads start from it).
         db.execute(
             """
             UPDATE sessions SET
                 message_count = %s, summary_count = summary_count + %s, context_tokens = %s, context_count = %s,
-                last_position = %s, revision = %s, prunable_count = %s, prunable_tokens = %s, live_after = %s,
-                updated_at = %s, pruned_upto = %s, pruned_count = %s, pruned_tokens = %s
+                first_position = %s, last_position = %s, revision = %s, prunable_count = %s, prunable_tokens = %s,
+                live_after = %s, updated_at = %s, pruned_upto = %s, pruned_count = %s, pruned_tokens = %s
             WHERE session_id = %s
             """,
             [session.message_count, len(summaries), session.context_tokens - replaced.tokens + added_tokens,
-             session.context_count - replaced.count + len(added), session.last_position, session.revision + 1,
+             session.context_count - replaced.count + len(added), session.first_position, session.last_position,
+             session.revision + 1,
              session.prunable_count - replaced.prunable_count, session.prunable_tokens - replaced.prunable_tokens,
              live_after, now, *(pruned if pruned is not None else (session.pruned_upto, session.pruned_count,
                                                                   session.pruned_tokens)), session_id])
