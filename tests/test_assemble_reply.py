@@ -37,7 +37,8 @@ ITEMS = [
 ]
 FULL = AssembleResult(messages=MESSAGES, items=ITEMS, tokens=108, dropped=7, over_budget=True, usage=FULL_USAGE,
                       tools=[{"type": "function", "function": {"name": "memory_grep", "parameters": {}}}],
-                      revision="r7", stable_prefix=3, cache_breakpoints=[0, 2, 4], delta=True, keep=3)
+                      revision="r7", stable_prefix=3, cache_breakpoints=[0, 2, 4], delta=True, keep=3,
+                      budget=96000, fixed_breakpoints=[0, 4], reason="the summaries and the newest turn need 108")
 """Every member set: a member added to AssembleResult must be added here (test_every_member_is_written)."""
 
 RESULTS = {
