@@ -223,7 +223,9 @@ async def test_usage_states_and_the_suggest_hint(sidecar):
     over = await ingest(sidecar, "s1", [{"role": "user", "content": "x" * 8000}])
     assert over["usage"]["state"] in ("compact", "compacting")
     too_big = await ingest(sidecar, "s1", [{"role": "user", "content": "x" * 40_000}])
-    assert too_big["usage"]["state"] == "overflow" and too_big["usage"]["percent"] > 100
+    # Over the window; the automatic compaction this ingest starts shows first when it has work (overflow with
+    # compaction off: test_pruning_usage, test_auto_compaction).
+    assert too_big["usage"]["state"] in ("overflow", "compacting") and too_big["usage"]["percent"] > 100
 
 
 async def test_out_of_range_timestamps_are_kept_without_a_time(sidecar):
