@@ -163,20 +163,25 @@ def test_help_says_where_the_host_logs() -> None:
 
 
 async def test_a_client_that_connects_changes_nothing_another_one_sees(tmp_path: Path, runtime: Path) -> None:
-    # Too few older messages for an automatic incremental leaf: the agent's usage says why nothing was compacted.
+    # The agent's session over its window compacts with the agent's settings; an editor that connects with others
+    # (a shorter fresh tail) must not change the threshold, state or figures the agent is told.
     db = tmp_path / "memory.duckdb"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
     settings = {"storage": {"path": str(db)}, "contextWindow": 4000,
                 "compaction": {"reserveTokens": 0, "freshTail": 4, "keepRecentTokens": 0}}
     async with await SidecarClient.spawn(settings=settings, env=env, timeout=WAIT) as agent:
-        explained = agent.wait_for_notification(
-            "context/didChangeUsage", lambda usage: "replaced nothing" in (usage.hint or ""), timeout=WAIT)
+        compacted = agent.wait_for_notification(
+            "context/didChangeUsage", lambda usage: usage.summaries > 0 and usage.state != "compacting", timeout=WAIT)
         await agent.ingest("s", [{"id": f"m{i}", "role": "user", "content": "word " * 320} for i in range(12)])
-        hint = (await explained).hint
+        await compacted
+        before = await agent.usage("s")
         async with await SidecarClient.spawn(settings={"storage": {"path": str(db)}}, env=env, timeout=WAIT) as editor:
             await editor.change_settings({"storage": {"path": str(db)}, "compaction": {"freshTail": 2}})
             await editor.sessions()
-            assert (await agent.usage("s")).hint == hint
+            after = await agent.usage("s")
+    assert before.summaries > 0 and before.tokens <= 4000
+    assert (after.state, after.tokens, after.threshold, after.summaries, after.hint) == \
+        (before.state, before.tokens, before.threshold, before.summaries, before.hint)
 
 
 def test_a_host_whose_starter_is_killed_while_it_opens_the_database_serves_and_tidies_up(
