@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
-from tests.helpers.proxy import WAIT, reader, running_proxy
+from tests.helpers.proxy import WAIT, agent_requests, reader, running_proxy
 
 
 def stats_of(url: str, session: str) -> dict[str, Any]:
@@ -94,7 +94,7 @@ async def test_a_rewritten_body_the_provider_refuses_is_sent_again_as_the_agent_
                 assert reply.content[0].text == "answered from the agent's own body"  # type: ignore[union-attr]
             figures = stats_of(proxy.url, "refused")
             log = proxy.log_text()
-    requests = fake.model_requests
+    requests = agent_requests(fake)  # without the summary calls the proxy makes on the agent's model (refused too)
     assert len(requests) == 4  # each request: the proxy's body, refused, then the agent's
     for rewritten, retried in (requests[0:2], requests[2:4]):
         assert rewritten.body["messages"] != history  # the sidecar's context, within the window
