@@ -43,6 +43,7 @@ class HostLink:
         self.command, self.db, self.settings, self.stderr = command, db, settings, stderr
         self._client: SidecarClient | None = None
         self._attaching: asyncio.Task[SidecarClient] | None = None
+        self._importing: asyncio.Future[Any] | None = None
         self._workspace: str | None = None
         self._watched: str | None = None
         self._watch_lock = asyncio.Lock()
@@ -57,9 +58,19 @@ class HostLink:
             self._attaching = asyncio.get_running_loop().create_task(self._attach())
             self._attaching.add_done_callback(_retrieve)
 
+    async def _client_module(self) -> Any:
+        """``sidecar.client`` (and the protocol it imports), imported once, off the loop (~30 ms).
+
+        Every import of them waits for this one: the loop's thread importing ``protocol`` while the worker thread
+        is inside it deadlocks on their module locks (Python raises ``_DeadlockError`` in one of them).
+        """
+        if self._importing is None:
+            self._importing = asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "sidecar.client"))
+        return await asyncio.shield(self._importing)
+
     async def _attach(self) -> SidecarClient:
         started = time.monotonic()
-        module = await asyncio.to_thread(importlib.import_module, "sidecar.client")  # ~30 ms: off the loop
+        module = await self._client_module()
         client: SidecarClient = await module.SidecarClient.spawn(
             command=self.command, db=self.db, settings=self.settings, stderr=self.stderr, timeout=CALL_DEADLINE)
         self._client = client
@@ -114,8 +125,9 @@ class HostLink:
     async def call_tool(self, name: str, arguments: str, workspace: str, session_id: str | None,
                         tool_call_id: str | None) -> ToolOutcome:
         """memory/callTool over the workspace; a host lost mid-call is tried once more, on a new host."""
+        await self._client_module()
         from protocol.errors import HOST_CONNECTION_LOST
-        from sidecar.client import SidecarConnectionLost, SidecarRequestError  # loaded by the attach
+        from sidecar.client import SidecarConnectionLost, SidecarRequestError
 
         deadline = time.monotonic() + CALL_DEADLINE
         for attempt in (1, 2):
