@@ -18,7 +18,7 @@ from sidecar.testing.provider import FakeProvider
 from sidecar.testing.replies import Reply
 from tests.helpers.hosts import WAIT as HOST_WAIT
 from tests.helpers.hosts import host_pid, short_runtime, sock_of
-from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction
+from tests.helpers.proxy import WAIT, children, reader, running_proxy, stuck_in_a_compaction, until_dead
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a process's children from /proc")
 
@@ -84,9 +84,12 @@ async def test_a_sidecar_that_cannot_be_started_again_is_not_tried_by_every_requ
             headers = {"x-context-sidecar-session": "orphaned"}
             history: list[dict[str, Any]] = [user("<<first>>")]
             await client.messages.create(model="m", max_tokens=5, messages=history, extra_headers=headers)
-            os.kill(host_pid(sock_of(runtime, proxy.db)), signal.SIGKILL)
+            host = host_pid(sock_of(runtime, proxy.db))
+            os.kill(host, signal.SIGKILL)
             [sidecar] = children(proxy.process.pid)
             os.kill(sidecar, signal.SIGKILL)
+            await until_dead(host)
+            await until_dead(sidecar)  # else the next request may still reach it, managed
             shutil.rmtree(runtime / "context-sidecar")
             (runtime / "context-sidecar").write_text("")  # no host can be reached or started any more
             replies = []
