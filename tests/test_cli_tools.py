@@ -125,7 +125,10 @@ async def test_replay_the_large_pi_session_compacts_and_keeps_everything(tmp_pat
 
     compactions = COMPACTION.findall(out)
     assert len(compactions) >= 3
-    assert all(mode == "incremental" and number(after) < number(before) for mode, before, after in compactions)
+    assert all(number(after) < number(before) for _, before, after in compactions)
+    # The settings' mode, incremental; full only to fit, where one turn took the context over the window.
+    assert all(mode == "incremental" or (mode == "full" and number(before) > 32000) for mode, before, _ in compactions)
+    assert sum(mode == "incremental" for mode, _, _ in compactions) >= 3
     assert "provider" in out and "provider usage is not reported" in out
 
     summary = table(out)
