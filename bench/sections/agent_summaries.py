@@ -23,7 +23,6 @@ from typing import Any
 import httpx2
 
 from bench.core import Bench, percentile, progress
-from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import FakeProvider, Reply, ToolCall
 from sidecar.testing.provider import RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
@@ -71,7 +70,7 @@ class Upstream:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         body = request.body
-        if SYSTEM_PROMPT[:40] in json.dumps(body):
+        if request.is_summary_call:
             return self.summarize(body)
         last = body["messages"][-1]
         if last["role"] == "user":
@@ -133,7 +132,7 @@ async def session(bench: Bench, upstream: Upstream, summarizer: str) -> dict[str
                                         "content": f"edited {json.loads(call['function']['arguments'])['path']}\n"
                                                    + "    return self.tokens  # unchanged\n" * 12})
                 stats = (await http.get(f"{url}/stats")).json()
-        last = [r for r in fake.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)][-1]
+        last = [r for r in fake.model_requests if not r.is_summary_call][-1]
     prompt = json.dumps(last.body["messages"], ensure_ascii=False)
     entry = next(s for s in stats["sessions"] if s["sessionId"] == f"bench-{summarizer}")
     summaries = [m["content"] for m in last.body["messages"] if m["role"] == "user"

@@ -176,11 +176,9 @@ async def pi_cost(bench: Bench, workdir: Path) -> None:
     direct = PromptCache()
     proxied = PromptCache()
     progress(f"proxy: the pi session's {len(calls)} model calls through the proxy")
-    from sidecar.summarizers.prompts import SYSTEM_PROMPT
-
     def respond(request: Any) -> Reply:
         """The session's own answers in turn; the summary calls the proxy makes on the agent's model get a summary."""
-        if SYSTEM_PROMPT[:40] in json.dumps(request.body):
+        if request.is_summary_call:
             return Reply(text="Summary of the pi session so far: the files read and edited, the decisions taken.")
         return answers.popleft()
 
@@ -196,8 +194,7 @@ async def pi_cost(bench: Bench, workdir: Path) -> None:
                 reply = await http.post(f"http://127.0.0.1:{app.port}/v1/chat/completions", json=body,
                                         headers={"x-context-sidecar-session": "bench-pi", "authorization": "k"})
                 reply.raise_for_status()
-                forwarded = next(r for r in reversed(fake.model_requests)
-                                 if SYSTEM_PROMPT[:40] not in json.dumps(r.body)).body["messages"]
+                forwarded = next(r for r in reversed(fake.model_requests) if not r.is_summary_call).body["messages"]
                 proxied.send(forwarded, _tokens(forwarded))
             stats = app.stats()["sessions"]
     bench.record("proxy_pi_cost", "pi session through the proxy: input cost (uncached-token units)", proxied.cost,

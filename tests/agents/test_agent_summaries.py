@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import RecordedRequest, Reply, ToolCall
 from tests.agents.runners import Claude, Codex
 from tests.agents.world import AgentWorld
@@ -21,9 +20,6 @@ SETTINGS = {"compaction": {"maxTokens": 1500, "freshTail": 2, "leafChunkSize": 2
 STEPS = 8
 
 
-def is_summary_call(request: RecordedRequest) -> bool:
-    return SYSTEM_PROMPT[:40] in json.dumps(request.body)
-
 
 def policy(tool: str, argument: str) -> Callable[[RecordedRequest], Reply]:
     """Summary calls get the model's summary; the agent runs a long command STEPS times, then answers."""
@@ -31,7 +27,7 @@ def policy(tool: str, argument: str) -> Callable[[RecordedRequest], Reply]:
     steps = [0]
 
     def respond(request: RecordedRequest) -> Reply:
-        if is_summary_call(request):
+        if request.is_summary_call:
             return Reply(text=SUMMARY_TEXT)
         if not request.tools:  # a side call (a title)
             return Reply(text="Counting")
@@ -46,8 +42,8 @@ def policy(tool: str, argument: str) -> Callable[[RecordedRequest], Reply]:
 
 
 def check(world: AgentWorld, requests: list[RecordedRequest], db: Path, log: Path, key_header: str) -> None:
-    summaries = [r for r in requests if is_summary_call(r)]
-    agents = [r for r in requests if not is_summary_call(r) and r.tools]
+    summaries = [r for r in requests if r.is_summary_call]
+    agents = [r for r in requests if not r.is_summary_call and r.tools]
     assert summaries, "no summary call reached the provider"
     for call in summaries:
         latest = [r for r in agents if r.at <= call.at][-1]

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from sidecar.client import SidecarClient
-from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import RecordedRequest, Reply, ToolCall, reference_policy
 from sidecar.testing.conversation import prompt_chars
 from tests.agents.runners import Claude, Pi, PiRpc
@@ -73,7 +72,7 @@ def user_texts(request: RecordedRequest) -> list[str]:
 
 def pi_requests(world: AgentWorld) -> list[RecordedRequest]:
     """pi's own requests to its model, without the sidecar's summary calls that the extension runs on it."""
-    return [r for r in world.provider.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
+    return [r for r in world.provider.model_requests if not r.is_summary_call]
 
 
 def notices(rpc: PiRpc) -> list[str]:

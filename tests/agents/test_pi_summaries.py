@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import RecordedRequest, Reply
 from tests.agents.runners import Pi
 from tests.agents.test_pi_extension import configure, user_texts, with_extension, words
@@ -17,12 +16,9 @@ SECRET = "sk-pi-own-secret-51c0de"
 SUMMARY_TEXT = "PI MODEL SUMMARY: the tokenizer rules, step by step"
 
 
-def is_summary_call(request: RecordedRequest) -> bool:
-    return SYSTEM_PROMPT[:40] in json.dumps(request.body)
-
 
 def respond(request: RecordedRequest) -> Reply:
-    return Reply(text=SUMMARY_TEXT if is_summary_call(request) else "Noted.")
+    return Reply(text=SUMMARY_TEXT if request.is_summary_call else "Noted.")
 
 
 def with_key(pi: Pi) -> None:
@@ -48,13 +44,13 @@ def test_pi_s_model_writes_the_summaries_with_pi_s_key(pi: Pi, agent_world: Agen
     with with_extension(pi) as rpc:
         for step in range(30):
             rpc.prompt(words(step))
-            agents = [r for r in agent_world.provider.model_requests if not is_summary_call(r)]
+            agents = [r for r in agent_world.provider.model_requests if not r.is_summary_call]
             if any(SUMMARY_TEXT in text for text in user_texts(agents[-1])):
                 break
         else:
             pytest.fail("no request of pi carried the summary its model wrote")
     requests = agent_world.provider.model_requests
-    summaries = [r for r in requests if is_summary_call(r)]
+    summaries = [r for r in requests if r.is_summary_call]
     assert summaries
     for call in summaries:
         assert call.headers.get("authorization") == f"Bearer {SECRET}"

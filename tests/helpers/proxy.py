@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 from sidecar.client import SidecarClient
-from sidecar.summarizers.prompts import SYSTEM_PROMPT
 from sidecar.testing import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 from sidecar.testing.replies import Reply
@@ -114,7 +113,7 @@ async def reader(db: Path | str, env: dict[str, str] | None = None) -> AsyncIter
 
 def agent_requests(fake: FakeProvider) -> list[RecordedRequest]:
     """The agent's requests the fake got, without the summary calls the proxy made on the agent's model."""
-    return [r for r in fake.model_requests if SYSTEM_PROMPT[:40] not in json.dumps(r.body)]
+    return [r for r in fake.model_requests if not r.is_summary_call]
 
 
 def messages_of(raw: bytes, key: str = "messages") -> list[str]:
