@@ -5,17 +5,20 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { agentDir, initializationOptions, PI_RESERVE_TOKENS, readSources, resolveSettings } from '../src/settings';
 
+/** What resolveSettings gives with nothing set. */
+const DEFAULTS = {
+  enabled: true,
+  command: ['context-sidecar'],
+  reserveTokens: PI_RESERVE_TOKENS,
+  piReserveTokens: PI_RESERVE_TOKENS,
+  piCompaction: true,
+  sidecar: {},
+};
+
 describe('settings', () => {
   it('defaults to context-sidecar on PATH, the default database and pi\'s reserve', () => {
     const { settings, problems } = resolveSettings({ env: {} });
-    assert.deepEqual(settings, {
-      enabled: true,
-      command: ['context-sidecar'],
-      reserveTokens: PI_RESERVE_TOKENS,
-      piReserveTokens: PI_RESERVE_TOKENS,
-      piCompaction: true,
-      sidecar: {},
-    });
+    assert.deepEqual(settings, DEFAULTS);
     assert.deepEqual(problems, []);
   });
 
@@ -53,15 +56,7 @@ describe('settings', () => {
       global: { contextSidecar: { enabled: 'yes', command: [], db: 3, contextWindow: -5, reserveTokens: 1.5, settings: 'fast' } },
       env: { CONTEXT_SIDECAR_CONTEXT_WINDOW: 'big', CONTEXT_SIDECAR_PI: 'maybe' },
     });
-    assert.deepEqual(settings, {
-      enabled: true,
-      command: ['context-sidecar'],
-      reserveTokens: PI_RESERVE_TOKENS,
-      piReserveTokens: PI_RESERVE_TOKENS,
-      piCompaction: true,
-      sidecar: {},
-      contextWindow: undefined,
-    });
+    assert.deepEqual(settings, { ...DEFAULTS, contextWindow: undefined });
     assert.equal(problems.length, 8, problems.join('\n'));
     assert.ok(problems.some((p) => p.includes('"contextSidecar".contextWindow')));
     assert.ok(problems.some((p) => p.includes('CONTEXT_SIDECAR_CONTEXT_WINDOW')));
