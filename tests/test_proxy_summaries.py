@@ -27,6 +27,7 @@ from sidecar.testing.provider import FakeProvider, RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 from sidecar.testing.replies import Reply
 from tests.helpers.hosts import WAIT
+from tests.helpers.proxy import is_summary_call
 
 MODEL = "claude-fake-1"
 RULE = "Never commit the vendored directory."
@@ -54,7 +55,7 @@ class HeldSummary:
     opened: threading.Event = attrs.field(factory=threading.Event)
 
     def __call__(self, request: RecordedRequest) -> Reply:
-        if request.is_summary_call:
+        if is_summary_call(request):
             if self.arrived is None:
                 self.arrived = time.monotonic()
                 self.opened.wait(WAIT)
@@ -147,7 +148,7 @@ async def test_summaries_are_written_by_the_agents_model_with_its_latest_key(tmp
                 agent.key = KEYS[(number // 3) % 2]  # the key changes every three turns
                 await agent.turn(number)
                 if held.opened.is_set() and any(SUMMARY_TEXT in json.dumps(r.body) for r in fake.model_requests
-                                                if not r.is_summary_call):
+                                                if not is_summary_call(r)):
                     break
             entry = stats_of(url, session)
             sidecar = await SidecarClient.spawn(db=db, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
@@ -156,8 +157,8 @@ async def test_summaries_are_written_by_the_agents_model_with_its_latest_key(tmp
                     assert not (await sidecar.grep(session, key, scope="both")).matches
             finally:
                 await sidecar.close()
-        summaries = [r for r in fake.model_requests if r.is_summary_call]
-        agents = [r for r in fake.model_requests if not r.is_summary_call]
+        summaries = [r for r in fake.model_requests if is_summary_call(r)]
+        agents = [r for r in fake.model_requests if not is_summary_call(r)]
     assert summaries, "no summary call reached the provider"
     for call in summaries:
         # The agent's API, model and the credential of its latest request before the call.
@@ -184,10 +185,10 @@ async def test_the_summary_model_option_picks_another_model(tmp_path: Path, runt
             agent = Agent("anthropic", url, "cheap")
             for number in range(30):
                 await agent.turn(number)
-                if any(r.is_summary_call for r in fake.model_requests):
+                if any(is_summary_call(r) for r in fake.model_requests):
                     break
-            fake.wait_for(lambda request: request.is_summary_call)
-    assert {r.body["model"] for r in fake.model_requests if r.is_summary_call} == {"claude-haiku-4-5"}
+            fake.wait_for(is_summary_call)
+    assert {r.body["model"] for r in fake.model_requests if is_summary_call(r)} == {"claude-haiku-4-5"}
 
 
 FAILURES = {
@@ -214,7 +215,7 @@ async def test_a_failing_summary_call_falls_back_and_the_agent_never_notices(tmp
             answer = await agent.turn(99)
             entry = stats_of(url, "failing")
     assert compacted and "The parser now keeps" in answer
-    assert any(r.is_summary_call for r in fake.model_requests)
+    assert any(is_summary_call(r) for r in fake.model_requests)
     assert entry["summaries"]["writtenBy"] == {"deterministic": entry["summaries"]["writtenBy"]["deterministic"]}
     assert entry["summaries"]["failed"] >= 1 and entry["unmanaged"] == 0
 
@@ -231,7 +232,7 @@ async def test_summarizer_deterministic_makes_no_summary_call(tmp_path: Path, ru
                     break
             entry = stats_of(url, "plain")
             top = httpx2.get(f"{url}/stats").json()
-    assert not any(r.is_summary_call for r in fake.model_requests)
+    assert not any(is_summary_call(r) for r in fake.model_requests)
     assert entry["compactions"] and set(entry["summaries"]["writtenBy"]) == {"deterministic"}
     assert top["summarizer"] == "deterministic"
 

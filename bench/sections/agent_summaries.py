@@ -27,6 +27,7 @@ from sidecar.testing import FakeProvider, Reply, ToolCall
 from sidecar.testing.provider import RecordedRequest
 from sidecar.testing.proxy_process import proxy_process
 from sidecar.testing.replies import Usage
+from tests.helpers.proxy import is_summary_call
 
 MODEL_URL = "CONTEXT_SIDECAR_BENCH_MODEL_URL"
 MODEL_NAME = "CONTEXT_SIDECAR_BENCH_MODEL"
@@ -70,7 +71,7 @@ class Upstream:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         body = request.body
-        if request.is_summary_call:
+        if is_summary_call(request):
             return self.summarize(body)
         last = body["messages"][-1]
         if last["role"] == "user":
@@ -132,7 +133,7 @@ async def session(bench: Bench, upstream: Upstream, summarizer: str) -> dict[str
                                         "content": f"edited {json.loads(call['function']['arguments'])['path']}\n"
                                                    + "    return self.tokens  # unchanged\n" * 12})
                 stats = (await http.get(f"{url}/stats")).json()
-        last = [r for r in fake.model_requests if not r.is_summary_call][-1]
+        last = [r for r in fake.model_requests if not is_summary_call(r)][-1]
     prompt = json.dumps(last.body["messages"], ensure_ascii=False)
     entry = next(s for s in stats["sessions"] if s["sessionId"] == f"bench-{summarizer}")
     summaries = [m["content"] for m in last.body["messages"] if m["role"] == "user"

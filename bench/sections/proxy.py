@@ -29,6 +29,7 @@ from sidecar.cli.prompt_cache import PromptCache
 from sidecar.cli.proxy_command import ProxyOptions, running
 from sidecar.testing import FakeProvider, Reply, ToolCall
 from sidecar.testing.proxy_process import proxy_process
+from tests.helpers.proxy import is_summary_call
 
 HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 OVERHEAD_SETTINGS = {"contextWindow": 1_000_000, "compaction": {"auto": False, "maxTokens": -1},
@@ -178,7 +179,7 @@ async def pi_cost(bench: Bench, workdir: Path) -> None:
     progress(f"proxy: the pi session's {len(calls)} model calls through the proxy")
     def respond(request: Any) -> Reply:
         """The session's own answers in turn; the summary calls the proxy makes on the agent's model get a summary."""
-        if request.is_summary_call:
+        if is_summary_call(request):
             return Reply(text="Summary of the pi session so far: the files read and edited, the decisions taken.")
         return answers.popleft()
 
@@ -194,7 +195,7 @@ async def pi_cost(bench: Bench, workdir: Path) -> None:
                 reply = await http.post(f"http://127.0.0.1:{app.port}/v1/chat/completions", json=body,
                                         headers={"x-context-sidecar-session": "bench-pi", "authorization": "k"})
                 reply.raise_for_status()
-                forwarded = next(r for r in reversed(fake.model_requests) if not r.is_summary_call).body["messages"]
+                forwarded = next(r for r in reversed(fake.model_requests) if not is_summary_call(r)).body["messages"]
                 proxied.send(forwarded, _tokens(forwarded))
             stats = app.stats()["sessions"]
     bench.record("proxy_pi_cost", "pi session through the proxy: input cost (uncached-token units)", proxied.cost,

@@ -159,14 +159,6 @@ class RecordedRequest:
     """``time.monotonic()`` when it arrived."""
 
     @property
-    def is_summary_call(self) -> bool:
-        """Whether it is one of the sidecar's own summary calls (its summarizer's prompt), made on the agent's model
-        by the proxy or the pi extension, rather than an agent's request."""
-        from sidecar.summarizers.prompts import SYSTEM_PROMPT
-
-        return SYSTEM_PROMPT[:40] in json.dumps(self.body)
-
-    @property
     def tools(self) -> list[OfferedTool]:
         """The tools the request offers the model."""
         return offered_tools(self.body)

@@ -12,6 +12,7 @@ from pathlib import Path
 from sidecar.testing import RecordedRequest, Reply, ToolCall
 from tests.agents.runners import Claude, Codex
 from tests.agents.world import AgentWorld
+from tests.helpers.proxy import is_summary_call
 
 SUMMARY_TEXT = "AGENT MODEL SUMMARY: counted with seq, step by step"
 SECRET = "sk-agent-own-secret-7f3a9c"
@@ -27,7 +28,7 @@ def policy(tool: str, argument: str) -> Callable[[RecordedRequest], Reply]:
     steps = [0]
 
     def respond(request: RecordedRequest) -> Reply:
-        if request.is_summary_call:
+        if is_summary_call(request):
             return Reply(text=SUMMARY_TEXT)
         if not request.tools:  # a side call (a title)
             return Reply(text="Counting")
@@ -42,8 +43,8 @@ def policy(tool: str, argument: str) -> Callable[[RecordedRequest], Reply]:
 
 
 def check(world: AgentWorld, requests: list[RecordedRequest], db: Path, log: Path, key_header: str) -> None:
-    summaries = [r for r in requests if r.is_summary_call]
-    agents = [r for r in requests if not r.is_summary_call and r.tools]
+    summaries = [r for r in requests if is_summary_call(r)]
+    agents = [r for r in requests if not is_summary_call(r) and r.tools]
     assert summaries, "no summary call reached the provider"
     for call in summaries:
         latest = [r for r in agents if r.at <= call.at][-1]

@@ -24,6 +24,7 @@ from sidecar.testing import RecordedRequest, Reply, ToolCall, reference_policy
 from sidecar.testing.conversation import prompt_chars
 from tests.agents.runners import Claude, Pi, PiRpc
 from tests.agents.world import AgentWorld
+from tests.helpers.proxy import is_summary_call
 
 EXTENSION = Path(__file__).resolve().parents[2] / "editors" / "pi"
 SUMMARY_TAG = '<summary id="sum_'
@@ -72,7 +73,7 @@ def user_texts(request: RecordedRequest) -> list[str]:
 
 def pi_requests(world: AgentWorld) -> list[RecordedRequest]:
     """pi's own requests to its model, without the sidecar's summary calls that the extension runs on it."""
-    return [r for r in world.provider.model_requests if not r.is_summary_call]
+    return [r for r in world.provider.model_requests if not is_summary_call(r)]
 
 
 def notices(rpc: PiRpc) -> list[str]:

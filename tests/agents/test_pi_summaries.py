@@ -11,6 +11,7 @@ from sidecar.testing import RecordedRequest, Reply
 from tests.agents.runners import Pi
 from tests.agents.test_pi_extension import configure, user_texts, with_extension, words
 from tests.agents.world import AgentWorld
+from tests.helpers.proxy import is_summary_call
 
 SECRET = "sk-pi-own-secret-51c0de"
 SUMMARY_TEXT = "PI MODEL SUMMARY: the tokenizer rules, step by step"
@@ -18,7 +19,7 @@ SUMMARY_TEXT = "PI MODEL SUMMARY: the tokenizer rules, step by step"
 
 
 def respond(request: RecordedRequest) -> Reply:
-    return Reply(text=SUMMARY_TEXT if request.is_summary_call else "Noted.")
+    return Reply(text=SUMMARY_TEXT if is_summary_call(request) else "Noted.")
 
 
 def with_key(pi: Pi) -> None:
@@ -44,13 +45,13 @@ def test_pi_s_model_writes_the_summaries_with_pi_s_key(pi: Pi, agent_world: Agen
     with with_extension(pi) as rpc:
         for step in range(30):
             rpc.prompt(words(step))
-            agents = [r for r in agent_world.provider.model_requests if not r.is_summary_call]
+            agents = [r for r in agent_world.provider.model_requests if not is_summary_call(r)]
             if any(SUMMARY_TEXT in text for text in user_texts(agents[-1])):
                 break
         else:
             pytest.fail("no request of pi carried the summary its model wrote")
     requests = agent_world.provider.model_requests
-    summaries = [r for r in requests if r.is_summary_call]
+    summaries = [r for r in requests if is_summary_call(r)]
     assert summaries
     for call in summaries:
         assert call.headers.get("authorization") == f"Bearer {SECRET}"

@@ -111,9 +111,17 @@ async def reader(db: Path | str, env: dict[str, str] | None = None) -> AsyncIter
         await client.close()
 
 
+def is_summary_call(request: RecordedRequest) -> bool:
+    """Whether a request is one of the sidecar's own summary calls (its summarizer's prompt), made on the agent's
+    model by the proxy or the pi extension, rather than an agent's request."""
+    from sidecar.summarizers.prompts import SYSTEM_PROMPT
+
+    return SYSTEM_PROMPT[:40] in json.dumps(request.body)
+
+
 def agent_requests(fake: FakeProvider) -> list[RecordedRequest]:
     """The agent's requests the fake got, without the summary calls the proxy made on the agent's model."""
-    return [r for r in fake.model_requests if not r.is_summary_call]
+    return [r for r in fake.model_requests if not is_summary_call(r)]
 
 
 def messages_of(raw: bytes, key: str = "messages") -> list[str]:
